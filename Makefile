@@ -1,0 +1,45 @@
+# The two commands:  `make run` (the whole pipeline)  and  `make test` (the test suite).
+# Both create the virtual environment on first use.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+CORES  ?= all
+# Extra Snakemake arguments, e.g.  make run ARGS="--resources gpu=2"  or  ARGS="probe"
+ARGS   ?=
+
+.PHONY: run test dry-run venv wheelhouse install-offline clean help
+
+help:
+	@echo "make run        run the whole pipeline (CPU virtual devices when no GPU is present)"
+	@echo "make test       run the test suite"
+	@echo "make dry-run    show which jobs would run"
+	@echo "make wheelhouse build an offline wheel folder for an air-gapped GPU node (PYVER=3.12)"
+	@echo "make clean      remove results/ and Snakemake's state"
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $@
+
+venv: $(BIN)/.installed
+
+run: venv
+	$(BIN)/snakemake --cores $(CORES) $(ARGS)
+
+dry-run: venv
+	$(BIN)/snakemake --cores $(CORES) --dry-run $(ARGS)
+
+test: venv
+	$(BIN)/python -m pytest $(ARGS)
+
+PYVER    ?= 3.12
+PLATFORM ?= manylinux_2_28_x86_64
+wheelhouse: venv
+	$(BIN)/python -m gpulab.wheelhouse build --python-version $(PYVER) --platform $(PLATFORM) --dest wheelhouse
+
+install-offline:
+	$(PYTHON) -m gpulab.wheelhouse install --src wheelhouse 2>/dev/null || PYTHONPATH=src $(PYTHON) -m gpulab.wheelhouse install --src wheelhouse
+
+clean:
+	rm -rf results/*/ .snakemake

@@ -1,0 +1,117 @@
+"""The one entry-point shape every stage script uses.
+
+A rule calls ``python scripts/<stage>.py --config-json '<slice>' --out <file.h5>`` (through
+``gpulab-slot`` when it needs GPUs). This module parses that, discovers devices, runs the stage's
+``run(ctx)`` and writes the returned :class:`~gpulab.results.Result` atomically.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from gpulab import devices as devmod
+from gpulab import results
+
+log = logging.getLogger("gpulab")
+
+
+@dataclass
+class StageContext:
+    stage: str
+    variant: str
+    config: dict[str, Any]  # this stage's section of config.yaml
+    devices_config: dict[str, Any]  # the top-level 'devices' section
+    out: Path
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def devices(self, limit: int | None = None) -> list[devmod.Device]:
+        return devmod.discover(
+            self.devices_config.get("backend", "auto"),
+            int(self.devices_config.get("cpu_devices", 2)),
+            limit=limit,
+        )
+
+    def new_result(self, device_kind: str, **attrs) -> results.Result:
+        r = results.Result(self.stage, self.variant, self.config, device_kind)
+        r.attrs.update(attrs)
+        return r
+
+
+def setup_logging(verbose: bool = False) -> None:
+    try:
+        from rich.logging import RichHandler
+
+        handler: logging.Handler = RichHandler(show_path=False, rich_tracebacks=False)
+        fmt = "%(message)s"
+    except ImportError:  # pragma: no cover - rich is a dependency
+        handler, fmt = logging.StreamHandler(sys.stderr), "%(levelname)s %(message)s"
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format=fmt,
+                        handlers=[handler], force=True)
+
+
+def progress(iterable: Iterable, description: str, total: int | None = None):
+    """Progress bar on a terminal, plain log lines in Snakemake's logs."""
+    items = list(iterable) if total is None else iterable
+    total = len(items) if total is None else total
+    if sys.stderr.isatty():
+        from rich.progress import track
+
+        yield from track(items, description=description, total=total)
+        return
+    for i, item in enumerate(items, 1):
+        log.info("%s [%d/%d]", description, i, total)
+        yield item
+
+
+def parse_args(stage: str, doc: str | None, argv: list[str] | None = None,
+               extra_args: Callable[[argparse.ArgumentParser], None] | None = None):
+    ap = argparse.ArgumentParser(
+        prog=f"scripts/{stage}.py", description=doc or f"gpulab {stage} stage",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("--config-json", default="{}",
+                    help="JSON object: {'stage': <this stage's config section>, 'devices': {...}}")
+    ap.add_argument("--config-file", type=Path, nargs="*", default=None,
+                    help="read and validate config YAML files instead of --config-json")
+    ap.add_argument("--out", type=Path, required=True, help="result file to write (.h5)")
+    ap.add_argument("--variant", default="main", help="variant name recorded in the result")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    if extra_args:
+        extra_args(ap)
+    return ap.parse_args(argv)
+
+
+def context_from_args(stage: str, args) -> StageContext:
+    if args.config_file:
+        from gpulab import config as cfgmod
+
+        full = cfgmod.load(args.config_file)
+        payload = {"stage": full.get(stage, {}), "devices": full.get("devices", {})}
+    else:
+        try:
+            payload = json.loads(args.config_json)
+        except json.JSONDecodeError as exc:
+            raise SystemExit(f"--config-json is not valid JSON: {exc}")
+    extra = {k: v for k, v in vars(args).items()
+             if k not in ("config_json", "config_file", "out", "variant", "verbose")}
+    return StageContext(stage, args.variant, payload.get("stage", {}), payload.get("devices", {}),
+                        args.out, extra)
+
+
+def stage_main(stage: str, run: Callable[[StageContext], results.Result], doc: str | None = None,
+               argv: list[str] | None = None,
+               extra_args: Callable[[argparse.ArgumentParser], None] | None = None) -> int:
+    args = parse_args(stage, doc, argv, extra_args)
+    setup_logging(args.verbose)
+    ctx = context_from_args(stage, args)
+    log.info("%s/%s: starting (devices visible: %s)", stage, ctx.variant,
+             __import__("os").environ.get("CUDA_VISIBLE_DEVICES", "<all>"))
+    result = run(ctx)
+    path = results.write(result, args.out)
+    log.info("%s/%s: wrote %s", stage, ctx.variant, path)
+    return 0

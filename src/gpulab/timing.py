@@ -1,0 +1,140 @@
+"""Timers with warm-up and repetitions, reported as median with min/max spread.
+
+On CUDA devices time is taken with CUDA events on the device's current stream (host clocks would
+measure launch, not execution); on CPU with ``time.perf_counter``.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Summary of repeated timings, in seconds."""
+
+    median: float
+    min: float
+    max: float
+    mean: float
+    stdev: float
+    samples: tuple[float, ...] = field(repr=False)
+
+    @property
+    def n(self) -> int:
+        return len(self.samples)
+
+    @property
+    def spread(self) -> float:
+        """(max - min) / median: the relative run-to-run spread."""
+        return (self.max - self.min) / self.median if self.median > 0 else float("nan")
+
+    def as_dict(self, prefix: str = "time_s") -> dict:
+        return {
+            f"{prefix}_median": self.median,
+            f"{prefix}_min": self.min,
+            f"{prefix}_max": self.max,
+            f"{prefix}_mean": self.mean,
+            f"{prefix}_stdev": self.stdev,
+            "repeats": self.n,
+        }
+
+
+def summarize(samples: Sequence[float]) -> Stats:
+    if not samples:
+        raise ValueError("no samples to summarize")
+    s = [float(x) for x in samples]
+    return Stats(
+        median=statistics.median(s),
+        min=min(s),
+        max=max(s),
+        mean=statistics.fmean(s),
+        stdev=statistics.stdev(s) if len(s) > 1 else 0.0,
+        samples=tuple(s),
+    )
+
+
+def _cuda_time_once(fn: Callable[[], object], device) -> float:
+    import torch
+
+    with torch.cuda.device(device):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+
+
+def _cpu_time_once(fn: Callable[[], object], sync: Callable[[], object] | None) -> float:
+    t0 = time.perf_counter()
+    fn()
+    if sync is not None:
+        sync()
+    return time.perf_counter() - t0
+
+
+def measure(
+    fn: Callable[[], object],
+    *,
+    warmup: int = 2,
+    repeats: int = 5,
+    device=None,
+    sync: Callable[[], object] | None = None,
+    setup: Callable[[], object] | None = None,
+) -> Stats:
+    """Run ``fn`` ``warmup`` times untimed, then ``repeats`` times timed.
+
+    device: a CUDA ``torch.device``/ordinal to time with CUDA events on its current stream, or None
+    for the host clock (``sync`` is called inside the timed region, e.g. a device synchronize for
+    work that is not on the current stream). ``setup`` runs untimed before every call (fresh input).
+    """
+    if repeats < 1:
+        raise ValueError("repeats must be >= 1")
+    use_cuda = device is not None and getattr(device, "type", "cuda") == "cuda"
+    for _ in range(warmup):
+        if setup:
+            setup()
+        fn()
+    if use_cuda or sync:
+        (sync or (lambda: _cuda_sync(device)))()
+    samples = []
+    for _ in range(repeats):
+        if setup:
+            setup()
+        samples.append(_cuda_time_once(fn, device) if use_cuda else _cpu_time_once(fn, sync))
+    return summarize(samples)
+
+
+def _cuda_sync(device) -> None:
+    import torch
+
+    torch.cuda.synchronize(device)
+
+
+class Stopwatch:
+    """Host-clock phase timer for breakdowns (``with sw.phase("h2d"): ...``)."""
+
+    def __init__(self, sync: Callable[[], object] | None = None):
+        self.sync = sync
+        self.phases: dict[str, float] = {}
+
+    def phase(self, name: str):
+        sw = self
+
+        class _Phase:
+            def __enter__(self):
+                if sw.sync:
+                    sw.sync()
+                self.t0 = time.perf_counter()
+
+            def __exit__(self, *exc):
+                if sw.sync:
+                    sw.sync()
+                sw.phases[name] = sw.phases.get(name, 0.0) + time.perf_counter() - self.t0
+                return False
+
+        return _Phase()

@@ -1,0 +1,62 @@
+"""Shared fixtures: a private copy of the workflow to run Snakemake in, and helpers to run it."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).parent / "fixtures"
+WORKFLOW_PARTS = ["Snakefile", "config.yaml", "workflow", "scripts", "src"]
+
+
+def copy_workflow(dest: Path) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    for part in WORKFLOW_PARTS:
+        src = REPO / part
+        if src.is_dir():
+            shutil.copytree(src, dest / part, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        else:
+            shutil.copy2(src, dest / part)
+    return dest
+
+
+@pytest.fixture
+def workflow_dir(tmp_path) -> Path:
+    """A private copy of the workflow (so tests never touch the checkout's results/)."""
+    return copy_workflow(tmp_path / "wf")
+
+
+def snakemake(cwd: Path, *args: str, env: dict | None = None, timeout: float = 900,
+              check: bool = True) -> subprocess.CompletedProcess:
+    e = dict(os.environ)
+    e.update(env or {})
+    e.setdefault("GPULAB_SLOT_DIR", str(cwd / ".slots"))
+    cmd = [sys.executable, "-m", "snakemake", *args]
+    p = subprocess.run(cmd, cwd=cwd, env=e, capture_output=True, text=True, timeout=timeout)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stdout[-4000:]}\n{p.stderr[-6000:]}")
+    return p
+
+
+def planned_rules(cwd: Path, *args: str, env: dict | None = None) -> dict[str, int]:
+    """Rules (with job counts) a dry run would execute."""
+    p = snakemake(cwd, "--cores", "2", "--dry-run", *args, env=env)
+    out = p.stdout + p.stderr
+    counts: dict[str, int] = {}
+    in_table = False
+    for line in out.splitlines():
+        parts = line.split()
+        if parts[:2] == ["job", "count"]:
+            in_table = True
+            continue
+        if in_table:
+            if len(parts) == 2 and parts[1].isdigit() and parts[0] != "total":
+                counts[parts[0]] = int(parts[1])
+            elif parts and parts[0] == "total":
+                break
+    return counts

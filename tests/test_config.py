@@ -1,0 +1,47 @@
+import pytest
+import yaml
+
+from conftest import REPO
+from gpulab import config
+
+
+def test_repo_config_is_valid_and_defaults_fill_in():
+    cfg = config.load([REPO / "config.yaml"])
+    assert cfg["devices"]["backend"] in ("auto", "cuda", "cpu")
+    assert cfg["probe"]["gpus"] == "all"
+
+
+@pytest.mark.parametrize("preset", sorted((REPO / "workflow" / "presets").glob("*.yaml")),
+                         ids=lambda p: p.name)
+def test_presets_are_valid(preset):
+    config.load([REPO / "config.yaml", preset])
+
+
+def test_error_names_file_line_and_key(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("devices:\n  backend: auto\n  cpu_devices: -3\n")
+    with pytest.raises(config.ConfigError) as e:
+        config.load([REPO / "config.yaml", bad])
+    msg = str(e.value)
+    assert f"{bad}:3" in msg and "devices.cpu_devices" in msg and "minimum" in msg
+
+
+def test_unknown_key_is_rejected_with_its_location(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("probe:\n  gpus: all\n  gpu_count: 3\n")
+    with pytest.raises(config.ConfigError, match=r"bad.yaml:\d+: key 'probe'.*gpu_count"):
+        config.load([REPO / "config.yaml", bad])
+
+
+def test_wrong_enum_says_what_was_expected(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"devices": {"backend": "tpu"}}))
+    with pytest.raises(config.ConfigError, match=r"devices.backend.*expected: auto"):
+        config.load([bad])
+
+
+def test_invalid_yaml_is_reported(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("devices: [unclosed\n")
+    with pytest.raises(config.ConfigError, match="not valid YAML"):
+        config.load([bad])

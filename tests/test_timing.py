@@ -1,0 +1,31 @@
+import pytest
+
+from gpulab import timing
+
+
+def test_summarize_median_and_spread():
+    s = timing.summarize([3.0, 1.0, 2.0, 10.0, 2.0])
+    assert s.median == 2.0 and s.min == 1.0 and s.max == 10.0 and s.n == 5
+    assert s.spread == pytest.approx(4.5)
+    d = s.as_dict("t")
+    assert d["t_median"] == 2.0 and d["repeats"] == 5
+
+
+def test_measure_runs_warmup_then_repeats_with_fresh_setup():
+    calls, setups = [], []
+    s = timing.measure(lambda: calls.append(1), warmup=3, repeats=4, setup=lambda: setups.append(1))
+    assert len(calls) == 7 and len(setups) == 7 and s.n == 4
+    assert all(x >= 0 for x in s.samples)
+
+
+def test_measure_rejects_zero_repeats():
+    with pytest.raises(ValueError):
+        timing.measure(lambda: None, repeats=0)
+
+
+def test_stopwatch_accumulates_phases():
+    sw = timing.Stopwatch()
+    for _ in range(2):
+        with sw.phase("a"):
+            sum(range(1000))
+    assert set(sw.phases) == {"a"} and sw.phases["a"] > 0

@@ -1,0 +1,97 @@
+"""End-to-end Snakemake runs on CPU in a private copy of the workflow."""
+import re
+
+import pytest
+import yaml
+
+from conftest import planned_rules, snakemake
+from gpulab import results
+
+pytestmark = pytest.mark.e2e
+
+
+def _set(workflow_dir, section, key, value):
+    cfg_path = workflow_dir / "config.yaml"
+    cfg = yaml.safe_load(cfg_path.read_text())
+    cfg[section][key] = value
+    cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """The README's main job (`snakemake --cores all`) run once in a private copy."""
+    from conftest import copy_workflow
+
+    wf = copy_workflow(tmp_path_factory.mktemp("run") / "wf")
+    snakemake(wf, "--cores", "all", env={"GPULAB_HOST": "testhost", "GPULAB_GPU_POOL": ""})
+    return wf
+
+
+def test_main_job_produces_probe_and_report(finished_run):
+    wf = finished_run
+    probe = wf / "results" / "probe" / "testhost.h5"
+    a = results.read_attrs(probe)
+    assert a["stage"] == "probe" and a["has_gpus"] is False and a["device_kind"] == "cpu"
+    assert "CPU side only" in (wf / "results/probe/testhost.md").read_text() or "none visible" in (
+        wf / "results/probe/testhost.md").read_text()
+    host = results.read_table(probe, "host")
+    assert int(host.set_index("key").loc["logical_cpus", "value"]) >= 1
+    html = (wf / "results/report/report.html").read_text()
+    assert "System under test" in html and "Appendix: provenance" in html
+    assert re.search(r'src="data:image/png;base64,', html) or "Table 1." in html
+    assert not list(wf.glob("results/**/.*.tmp-*"))
+
+
+def test_nothing_reruns_when_nothing_changed(finished_run):
+    assert planned_rules(finished_run, env={"GPULAB_HOST": "testhost", "GPULAB_GPU_POOL": ""}) == {}
+
+
+def test_config_change_reruns_only_that_stage_and_the_report(finished_run, tmp_path):
+    from conftest import copy_workflow
+
+    wf = finished_run
+    cfg = wf / "config.yaml"
+    original = cfg.read_text()
+    try:
+        _set(wf, "probe", "gpus", 1)
+        plan = planned_rules(wf, env={"GPULAB_HOST": "testhost", "GPULAB_GPU_POOL": ""})
+        assert set(plan) == {"probe", "report", "all"}, plan
+        _set(wf, "report", "title", "another title")
+        cfg.write_text(original)
+        _set(wf, "report", "title", "another title")
+        plan = planned_rules(wf, env={"GPULAB_HOST": "testhost", "GPULAB_GPU_POOL": ""})
+        assert set(plan) == {"report", "all"}, plan
+    finally:
+        cfg.write_text(original)
+
+
+def test_code_change_reruns_the_stage_it_touches(finished_run):
+    wf = finished_run
+    src = wf / "src" / "gpulab" / "probe" / "host.py"
+    src.write_text(src.read_text() + "\n")
+    plan = planned_rules(wf, env={"GPULAB_HOST": "testhost", "GPULAB_GPU_POOL": ""})
+    assert set(plan) == {"probe", "report", "all"}, plan
+
+
+def test_bad_config_fails_with_file_line_and_key(workflow_dir):
+    _cfg = workflow_dir / "config.yaml"
+    _cfg.write_text(_cfg.read_text().replace("cpu_devices: 2", "cpu_devices: zero"))
+    p = snakemake(workflow_dir, "--cores", "1", "--dry-run", check=False)
+    out = p.stdout + p.stderr
+    assert p.returncode != 0
+    assert re.search(r"config\.yaml:\d+: key 'devices\.cpu_devices': 'zero' is not of type 'integer'", out), out
+
+
+def test_stage_asking_for_more_gpus_than_host_has_is_an_error(workflow_dir):
+    _set(workflow_dir, "probe", "gpus", 3)
+    p = snakemake(workflow_dir, "--cores", "1", "--dry-run", check=False,
+                  env={"GPULAB_GPU_POOL": "0,1"})
+    assert p.returncode != 0
+    assert "probe.gpus asks for 3 GPU(s) but this host has 2" in p.stdout + p.stderr
+
+
+def test_stage_asking_for_more_than_the_gpu_resource_is_an_error(workflow_dir):
+    p = snakemake(workflow_dir, "--cores", "1", "--dry-run", "--resources", "gpu=1", check=False,
+                  env={"GPULAB_GPU_POOL": "0,1"})
+    assert p.returncode != 0
+    assert "probe.gpus asks for 2 GPU(s) but --resources gpu=1" in p.stdout + p.stderr
