@@ -55,7 +55,13 @@ def config_hash(config: Any) -> str:
 
 
 def git_state(root: Path = REPO_ROOT) -> tuple[str, bool]:
-    """(commit, dirty) of the source tree, or ('unknown', True) outside a git checkout."""
+    """(commit, dirty) of the source tree, or ('unknown', True) outside a git checkout.
+
+    A copy of the tree without .git (a GPU node, a container) can pass the state in through
+    $GPULAB_GIT_COMMIT and $GPULAB_GIT_DIRTY (0/1).
+    """
+    if os.environ.get("GPULAB_GIT_COMMIT"):
+        return os.environ["GPULAB_GIT_COMMIT"], os.environ.get("GPULAB_GIT_DIRTY", "1") != "0"
     try:
         commit = subprocess.run(
             ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
@@ -67,7 +73,7 @@ def git_state(root: Path = REPO_ROOT) -> tuple[str, bool]:
         ).stdout.strip()
         return commit, bool(status)
     except (subprocess.SubprocessError, OSError):
-        return os.environ.get("GPULAB_GIT_COMMIT", "unknown"), True
+        return "unknown", True
 
 
 def package_versions(names: Iterable[str] = TRACKED_PACKAGES) -> dict[str, str]:
