@@ -25,6 +25,14 @@ def test_topology_tab_separated_real_format():
     assert t.affinity["GPU2"]["NUMA Affinity"] == "1"
 
 
+def test_topology_real_h200_output_with_ansi_underline():
+    # Captured on the lent H200 (driver 580.159.04): the header is wrapped in ESC[4m ... ESC[0m.
+    t = nvsmi.parse_topology((FIXTURES / "topo_h200_single.txt").read_text())
+    assert t.devices == ["GPU0"] and t.matrix == [["X"]]
+    assert t.affinity["GPU0"]["CPU Affinity"] == "0-15"
+    assert t.affinity["GPU0"]["NUMA Affinity"] == "0"
+
+
 def test_topology_rejects_garbage():
     import pytest
 

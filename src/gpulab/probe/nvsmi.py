@@ -10,6 +10,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # nvidia-smi underlines the header on some drivers
 _DEV = re.compile(r"^(GPU\d+|NIC\d+|mlx\d+_\d+)$")
 _GPU_HEADER = re.compile(r"^GPU (\d+): (.+?) \(UUID: ([^)]+)\)\s*$")
 _LINK_STATUS = re.compile(r"^\s*Link (\d+): (.+?)\s*$")
@@ -43,7 +44,7 @@ def run_nvidia_smi(*args: str, timeout: float = 30) -> str | None:
 
 
 def parse_topology(text: str) -> Topology:
-    lines = [ln.rstrip("\n") for ln in text.splitlines()]
+    lines = [_ANSI.sub("", ln).rstrip("\n") for ln in text.splitlines()]
     header_idx = next(
         (i for i, ln in enumerate(lines) if re.match(r"^\s*GPU0\b", ln) and "X" not in ln.split()),
         None,
