@@ -96,3 +96,13 @@ def test_snakemake_jobs_never_share_an_id(pool):
         peak = max(peak, running)
     assert peak == 2  # the two ids were used concurrently, never more
     assert {j["ids"] for j in jobs} == {"0", "1"}
+
+
+def test_pool_prefers_explicit_pool_then_scheduler_restriction(monkeypatch):
+    monkeypatch.setenv("GPULAB_GPU_POOL", "4,5")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert slots.pool_ids() == ["4", "5"]
+    monkeypatch.delenv("GPULAB_GPU_POOL")
+    assert slots.pool_ids() == ["2", "3"]  # e.g. SLURM gave this job GPUs 2 and 3
+    monkeypatch.setenv("GPULAB_GPU_POOL", "")
+    assert slots.pool_ids() == []  # an explicit empty pool means: no GPUs for jobs

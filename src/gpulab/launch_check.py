@@ -19,7 +19,8 @@ def _worker(ctx: launch.WorkerContext, payload: dict) -> dict:
     dist.all_reduce(x)
     expected = torch.arange(n, dtype=torch.float64) * ctx.world_size + sum(range(ctx.world_size))
     return {"rank": ctx.rank, "world_size": ctx.world_size, "backend": ctx.backend,
-            "device": str(ctx.device), "ok": bool(torch.equal(x.cpu(), expected))}
+            "device": str(ctx.device), "ok": bool(torch.equal(x.cpu(), expected)),
+            "checksum": float(x.sum().item())}
 
 
 def main(argv=None) -> int:

@@ -31,10 +31,15 @@ class SlotError(RuntimeError):
 
 
 def pool_ids() -> list[str]:
-    """The ids jobs may be given: $GPULAB_GPU_POOL, else every physical GPU on the host."""
-    env = os.environ.get(POOL_ENV)
-    if env is not None:
-        return [s.strip() for s in env.split(",") if s.strip()]
+    """The ids jobs may be given.
+
+    $GPULAB_GPU_POOL if set; else $CUDA_VISIBLE_DEVICES where a scheduler (SLURM) or the user has
+    already restricted the GPUs; else every physical GPU on the host.
+    """
+    for var in (POOL_ENV, "CUDA_VISIBLE_DEVICES"):
+        env = os.environ.get(var)
+        if env is not None and (var == POOL_ENV or env.strip()):
+            return [s.strip() for s in env.split(",") if s.strip()]
     from gpulab.devices import physical_gpu_count
 
     return [str(i) for i in range(physical_gpu_count())]

@@ -23,9 +23,11 @@ SCRIPTS = os.path.relpath(Path(workflow.basedir) / "scripts")
 SLOT = f"{PY} -m gpulab.slots"
 BACKEND = config["devices"]["backend"]
 
-# GPUs this host can give to jobs (the slot pool; GPULAB_GPU_POOL overrides detection).
+# GPUs a job host can give to jobs: config devices.gpus (cluster submit hosts), else the slot pool
+# (GPULAB_GPU_POOL, else CUDA_VISIBLE_DEVICES, else every GPU detected here).
 POOL = gpulab_slots.pool_ids()
-HOST_GPUS = 0 if BACKEND == "cpu" else len(POOL)
+_cfg_gpus = config["devices"].get("gpus")
+HOST_GPUS = 0 if BACKEND == "cpu" else (len(POOL) if _cfg_gpus is None else _cfg_gpus)
 if BACKEND == "cuda" and HOST_GPUS == 0:
     raise WorkflowError("config devices.backend is 'cuda' but this host has no NVIDIA GPU")
 
