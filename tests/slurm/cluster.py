@@ -30,10 +30,15 @@ def _sbin(name: str) -> str:
 
 
 class Cluster:
-    def __init__(self, root: Path, gpus: int = 2):
+    MARK = "# written by gpulab's tests"
+
+    def __init__(self, root: Path, gpus: int = 2, etc: Path = Path("/etc/slurm")):
         self.root, self.gpus = root, gpus
         self.host = socket.gethostname().split(".")[0]
-        self.conf = root / "slurm.conf"
+        # Job steps (srun inside a batch job) look for the config in /etc/slurm, not $SLURM_CONF.
+        self.conf = etc / "slurm.conf"
+        if self.conf.exists() and self.MARK not in self.conf.read_text():
+            raise RuntimeError(f"{self.conf} exists and is not ours: refusing to overwrite it")
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
 
     def write_config(self) -> None:
@@ -42,7 +47,9 @@ class Cluster:
             (r / d).mkdir(parents=True, exist_ok=True)
         cpus = os.cpu_count() or 2
         mem_mb = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20 * 0.8)
-        self.conf.write_text(f"""ClusterName=gpulabci
+        self.conf.parent.mkdir(parents=True, exist_ok=True)
+        self.conf.write_text(f"""{self.MARK}
+ClusterName=gpulabci
 SlurmctldHost={self.host}
 SlurmUser=root
 SlurmdUser=root
@@ -76,7 +83,7 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
             if not dev.exists():
                 subprocess.run(["mknod", str(dev), "c", "1", "3"], check=True)
             lines.append(f"Name=gpu File={dev}")
-        (r / "gres.conf").write_text("\n".join(lines) + "\n")
+        (self.conf.parent / "gres.conf").write_text("\n".join(lines) + "\n")
 
     def start(self, timeout: float = 60) -> None:
         self.write_config()
