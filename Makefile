@@ -39,7 +39,7 @@ wheelhouse: venv
 	$(BIN)/python -m gpulab.wheelhouse build --python-version $(PYVER) --platform $(PLATFORM) --dest wheelhouse
 
 install-offline:
-	$(PYTHON) -m gpulab.wheelhouse install --src wheelhouse 2>/dev/null || PYTHONPATH=src $(PYTHON) -m gpulab.wheelhouse install --src wheelhouse
+	PYTHONPATH=src $(PYTHON) -m gpulab.wheelhouse install --src wheelhouse
 
 clean:
 	rm -rf results/*/ .snakemake
