@@ -1,0 +1,120 @@
+"""Transfer and interconnect benchmarks: the p2pBandwidthLatencyTest matrices and beyond.
+
+On GPU hosts three isolated processes measure: P2P=Disabled (never enables peer access),
+P2P=Enabled (+ torch reference, hybrid split, cudaMalloc with peers) and host <-> device. On every
+host the host-memory copies run too; on CPU hosts the matrices are measured between CPU virtual
+devices (threads' buffers). GPU-only measurements are listed as not applicable, never left out.
+"""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pandas as pd
+
+from gpulab import config as cfgmod
+from gpulab import results
+from gpulab.transfer import bars, hostmem, matrices, seedref
+from gpulab.transfer.measure import CONVENTIONS, ROW_UNITS
+
+log = logging.getLogger("gpulab.transfer")
+STAGE = "transfer"
+SCHEMA = results.REPO_ROOT / "workflow" / "schemas" / "transfer.schema.yaml"
+
+
+def full_config(section: dict) -> dict:
+    """The stage's section with schema defaults filled in (and validated: errors name the key)."""
+    return cfgmod.validate(dict(section or {}), SCHEMA)
+
+
+def _units(df: pd.DataFrame, extra: dict | None = None) -> dict:
+    u = {k: v for k, v in {**ROW_UNITS, **(extra or {})}.items() if k in df.columns}
+    if "unit" in df.columns:
+        for c in ("value_median", "value_min", "value_max"):
+            if c in df.columns:
+                u[c] = "see column 'unit' (GB/s for bandwidth, us for latency)"
+    if "value_rw_median" in df.columns:
+        u["value_rw_median"] = "GB/s (read+write)"
+    return u
+
+
+def _add(result, name: str, df: pd.DataFrame, extra_units: dict | None = None):
+    if df is not None and len(df):
+        result.add_table(name, df, units=_units(df, extra_units))
+
+
+def _host_memory(result, cfg: dict):
+    w, rep, c, seed = int(cfg["warmup"]), int(cfg["repeats"]), int(cfg["copies"]), int(cfg["seed"])
+    _add(result, "host_memcpy", hostmem.memcpy_sweep(cfg["host_sizes"], w, rep, c,
+                                                     int(cfg["sweep_target_bytes"]), seed))
+    _add(result, "host_threads", hostmem.thread_scaling(cfg["host_threads"], int(cfg["host_threads_bytes"]),
+                                                        w, rep, c, seed))
+
+
+def _add_matrices(result, rows: pd.DataFrame, n: int, label: str):
+    for name, (m, meta) in matrices.build(rows, n, label).items():
+        result.add_matrix(name, m, **meta)
+
+
+def _gpu(result, cfg: dict, n: int):
+    from gpulab.transfer import gpu
+    from gpulab.transfer.isolate import run_isolated
+
+    log.info("transfer: P2P=Disabled phase (own process, peer access never enabled)")
+    dis = run_isolated(gpu.disabled_phase, cfg)
+    log.info("transfer: P2P=Enabled phase")
+    ena = run_isolated(gpu.enabled_phase, cfg)
+    log.info("transfer: host <-> device phase")
+    hst = run_isolated(gpu.host_phase, cfg)
+    p2p_rows = pd.concat([dis["p2p"], ena["p2p"]], ignore_index=True)
+    _add(result, "p2p", p2p_rows)
+    _add(result, "p2p_sweep", pd.concat([dis["sweep"], ena["sweep"]], ignore_index=True))
+    _add_matrices(result, p2p_rows, n, "GPU")
+    labels = [f"GPU{i}" for i in range(n)]
+    result.add_matrix("connectivity", np.array(dis["connectivity"], dtype=np.int8), "bool", rows=labels,
+                      cols=labels, title="P2P Connectivity Matrix (cudaDeviceCanAccessPeer; 1 on the diagonal)")
+    _add(result, "torch_d2d", ena["torch_d2d"])
+    _add(result, "hybrid", ena.get("hybrid"))
+    _add(result, "malloc", pd.concat([dis["malloc"], ena.get("malloc")], ignore_index=True),
+         {"alloc_bytes": "B", "time_us_median": "us", "time_us_min": "us", "time_us_max": "us"})
+    _add(result, "host_device", hst["host_device"])
+    _add(result, "host_device_threads", hst["host_device_threads"])
+    _add(result, "bars", bars.gpu_bars(p2p_rows, ena["torch_d2d"], hst["h2d_bar"]), bars.BAR_UNITS)
+    peer_pairs = int(np.sum(np.array(dis["connectivity"])) - n)
+    result.attrs.update({"isolation_check": dis["isolation_check"], "isolation_ok": dis["isolation_ok"],
+                         "gpu_names": dis["gpu_names"], "peer_pairs": peer_pairs})
+    return peer_pairs
+
+
+def _cpu(result, cfg: dict, n: int):
+    vd = hostmem.VirtualDevices(n, int(cfg["matrix_bytes"]), int(cfg["seed"]))
+    rows = vd.matrices(int(cfg["warmup"]), int(cfg["repeats"]), int(cfg["copies"]), int(cfg["latency_bytes"]),
+                       int(cfg["latency_copies"]))
+    _add(result, "p2p", rows)
+    _add_matrices(result, rows, n, "CPU")
+    _add(result, "bars", bars.cpu_bars(), bars.BAR_UNITS)
+    result.attrs["isolation_check"] = "n/a: CPU virtual devices (no peer access to toggle)"
+
+
+def run(ctx):
+    cfg = full_config(ctx.config)
+    devices = ctx.devices()
+    kind, n = devices[0].kind, len(devices)
+    result = ctx.new_result(kind, conventions=CONVENTIONS, device_count=n,
+                            device_names=[d.name for d in devices])
+    log.info("transfer: %d %s device(s)", n, kind)
+    _host_memory(result, cfg)
+    peer_pairs = _gpu(result, cfg, n) if kind == "cuda" else _cpu(result, cfg, n) or 0
+    _add(result, "applicability", bars.applicability(kind, n, peer_pairs))
+    for name, m in seedref.seed_reference().items():
+        labels = [f"GPU{i}" for i in range(len(m))]
+        result.add_matrix(f"ref_a5000_{name}", m, "GB/s" if name.endswith("GBps") else "us", rows=labels,
+                          cols=labels, source=seedref.SEED_SOURCE)
+    for name in ("p2p", "p2p_sweep", "host_memcpy", "host_threads", "host_device", "host_device_threads",
+                 "hybrid", "torch_d2d"):
+        if name in result.tables and "verified" in result.tables[name]:
+            bad = int((~result.tables[name]["verified"].astype(bool)).sum())
+            result.attrs[f"verify_{name}"] = "all copies verified" if not bad else f"{bad} FAILED"
+            if bad:
+                log.error("transfer: %d %s measurement(s) failed verification", bad, name)
+    return result

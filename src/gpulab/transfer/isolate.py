@@ -1,0 +1,18 @@
+"""Run a measurement phase in a fresh (spawned) Python process.
+
+Peer access is state of a CUDA context, and a process has one context per device. CuPy enables
+peer access by itself when one of its kernels touches another GPU's array, and torch does so for
+cross-device copies. Running the P2P=Disabled phase in a process of its own, which only ever makes
+raw runtime calls on raw pointers, guarantees no earlier phase (or library) enabled it there.
+"""
+from __future__ import annotations
+
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any, Callable
+
+
+def run_isolated(fn: Callable[..., Any], *args, **kwargs) -> Any:
+    """``fn(*args, **kwargs)`` in a new spawned process; its exception is re-raised here."""
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as ex:
+        return ex.submit(fn, *args, **kwargs).result()

@@ -1,0 +1,62 @@
+"""Counting conventions and the one row shape every transfer measurement is summarised into.
+
+Conventions (stated in the report and in the result's ``conventions`` attribute):
+- bytes are counted once per direction; GB/s = 1e9 B/s;
+- a copy whose source and destination are on the same device moves every byte twice (one read,
+  one write), so same-device bandwidth counts read+write, as p2pBandwidthLatencyTest does;
+- bidirectional bandwidth is the sum of both directions;
+- a sample times ``copies`` back-to-back copies; latency is the sample time divided by ``copies``.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from gpulab import timing
+
+CONVENTIONS = (
+    "bytes counted once per direction; GB/s = 1e9 B/s; same-device copies count read+write (x2); "
+    "bidirectional = sum of both directions; latency = sample time / copies in the sample; "
+    "median over samples, min/max reported"
+)
+MAX_COPIES = 1000  # cap on back-to-back copies per sample in size sweeps (small sizes)
+
+
+def copies_for(size: int, minimum: int, target_bytes: int) -> int:
+    """Back-to-back copies per sample: enough to move ``target_bytes``, at least ``minimum``."""
+    return int(max(minimum, min(MAX_COPIES, math.ceil(target_bytes / max(size, 1)))))
+
+
+def bytes_moved(nbytes: int, copies: int, *, same_device: bool, bidirectional: bool = False) -> int:
+    """Bytes one sample moves under the conventions above."""
+    return nbytes * copies * (2 if bidirectional else 1) * (2 if same_device else 1)
+
+
+def bandwidth_row(samples_s, moved: int, **keys) -> dict:
+    """A tidy row for a bandwidth measurement: time stats (s) and GB/s (max from the fastest)."""
+    st = timing.summarize(samples_s)
+    return {**keys, "bytes_per_sample": int(moved),
+            "time_s_median": st.median, "time_s_min": st.min, "time_s_max": st.max,
+            "value_median": moved / st.median / 1e9, "value_min": moved / st.max / 1e9,
+            "value_max": moved / st.min / 1e9, "spread": st.spread, "repeats": st.n,
+            "unit": "GB/s"}
+
+
+def latency_row(samples_s, copies: int, **keys) -> dict:
+    """A tidy row for a latency measurement: microseconds per copy."""
+    st = timing.summarize(samples_s)
+    return {**keys, "copies": copies, "bytes_per_sample": 0,
+            "time_s_median": st.median, "time_s_min": st.min, "time_s_max": st.max,
+            "value_median": st.median / copies * 1e6, "value_min": st.min / copies * 1e6,
+            "value_max": st.max / copies * 1e6, "spread": st.spread, "repeats": st.n,
+            "unit": "us"}
+
+
+ROW_UNITS = {"bytes": "B", "bytes_per_sample": "B", "time_s_median": "s", "time_s_min": "s",
+             "time_s_max": "s", "spread": "(max-min)/median", "copies": "count"}
+
+
+def random_bytes(n: int, seed: int) -> np.ndarray:
+    """Random payload (never zeros) so a stale or zeroed destination fails verification."""
+    return np.frombuffer(np.random.default_rng(seed).bytes(n), dtype=np.uint8).copy()
