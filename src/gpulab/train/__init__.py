@@ -1,0 +1,104 @@
+"""Training sweeps (issue 9): data parallel, DDP, naive model parallel, pipeline and tensor
+parallel, with the seed's techniques, on CUDA GPUs or CPU virtual devices (gloo ranks).
+
+Variants (one result file each): ``single`` (one process: single device, DataParallel, naive
+model parallel, freezing, offloading), ``ddp``, ``pipeline`` and ``tensor`` (torchrun ranks).
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pandas as pd
+
+from gpulab import config as cfgmod
+from gpulab import launch
+from gpulab.stage import StageContext
+from gpulab.train import tables
+
+log = logging.getLogger("gpulab.train")
+VARIANTS = ("single", "ddp", "pipeline", "tensor")
+SCHEMA = cfgmod.REPO_ROOT / "workflow" / "schemas" / "train.schema.yaml"
+WORKER = "gpulab.train.worker"
+
+
+def load_config(section: dict) -> dict:
+    """The stage's config with schema defaults, plus the cross-key rules a schema cannot say."""
+    try:
+        cfg = cfgmod.validate(dict(section), SCHEMA)
+    except cfgmod.ConfigError as exc:
+        raise cfgmod.ConfigError(f"train: {exc}") from None
+    bad = [m for m in cfg["microbatches"] if cfg["pipeline_batch"] % m]
+    if bad:
+        raise cfgmod.ConfigError(f"train.pipeline_batch={cfg['pipeline_batch']} is not divisible "
+                                 f"by train.microbatches {bad}")
+    return cfg
+
+
+def run(ctx: StageContext):
+    if ctx.variant not in VARIANTS:
+        raise SystemExit(f"train: unknown variant {ctx.variant!r} (known: {', '.join(VARIANTS)})")
+    cfg = load_config(ctx.config)
+    devices = ctx.devices()
+    kind, n = devices[0].kind, len(devices)
+    res = ctx.new_result(kind, n_devices=n, device_names=[d.name for d in devices],
+                         dataset=str(ctx.extra.get("data") or ""))
+    if ctx.variant == "single":
+        from gpulab.train import single
+
+        out = single.run_single(cfg, _digits(ctx), devices)
+        _add(res, "throughput", out["throughput"])
+        _add(res, "loss_curve", out["loss_curve"])
+        _add(res, "checks", out["checks"])
+        if kind == "cpu":
+            res.attrs["data_parallel_note"] = single.DP_CPU_NOTE
+    elif ctx.variant == "ddp":
+        ranks = _launch(ctx, "ddp", cfg, n)
+        agg = tables.ddp_table([r for rk in ranks for r in rk["rows"]])
+        res.add_table("ddp", agg, units=tables.units_for(agg))
+        _add(res, "ddp_ranks", [r for rk in ranks for r in rk["rows"]])
+        _add(res, "lr_scaling", ranks[0]["curves"])
+        _add(res, "checks", ranks[0]["checks"])
+        res.add_table("bars", tables.ddp_bars(agg, kind, n), units=tables.BAR_UNITS)
+    else:
+        _model_parallel(ctx, res, cfg, kind, n)
+    res.attrs["backend"] = "nccl" if kind == "cuda" else "gloo"
+    return res
+
+
+def _model_parallel(ctx, res, cfg, kind, n):
+    """Pipeline / tensor parallel. On one device there is nothing to split: the variant still runs
+    (one stage / a mesh of one) to exercise the code path, and its bars say 'not applicable'."""
+    ranks = _launch(ctx, ctx.variant, cfg, n)
+    rows = [r for rk in ranks for r in rk["rows"]]
+    if ctx.variant == "pipeline":
+        agg, checks, bars = tables.pipeline_tables(rows, cfg, kind, n)
+        _add(res, "pipeline_ranks", rows)
+    else:
+        agg, checks, bars = tables.tensor_tables(rows, [rk["checks"] for rk in ranks], cfg, kind, n)
+    res.add_table(ctx.variant, agg, units=tables.units_for(agg))
+    _add(res, "checks", checks)
+    res.add_table("bars", bars, units=tables.BAR_UNITS)
+
+
+def _launch(ctx, mode, cfg, n) -> list[dict]:
+    payload = {"mode": mode, "cfg": cfg, "data": str(ctx.extra.get("data") or ""),
+               "backend": "auto"}
+    if mode == "ddp":
+        _digits(ctx)  # fail early, in this process, on a missing or bad training set
+    log.info("train/%s: %d rank(s)", mode, n)
+    return launch.run_workers(WORKER, payload, nproc=n)
+
+
+def _digits(ctx):
+    from gpulab.train import data
+
+    path = ctx.extra.get("data")
+    if not path:
+        raise SystemExit("train: --data <digits.h5> is required for this variant")
+    return data.open_digits(Path(path))
+
+
+def _add(res, name: str, rows: list[dict]):
+    df = pd.DataFrame(rows)
+    res.add_table(name, df, units=tables.units_for(df))
