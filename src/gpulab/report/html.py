@@ -1,50 +1,80 @@
-"""Self-contained HTML building blocks: figures are embedded as base64 PNG, tables as HTML."""
+"""Self-contained HTML building blocks: figures are embedded as base64 PNG, tables as HTML.
+
+:class:`Figures` numbers figures and tables across the whole report (the numbers a reader cites).
+It can also keep each figure as a PNG file, which `snakemake --report` shows in its own gallery.
+"""
 from __future__ import annotations
 
 import base64
 import html
 import io
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pandas as pd
 
 CSS = """
 body{font-family:Georgia,serif;max-width:1100px;margin:2em auto;padding:0 1em;line-height:1.45;color:#222}
-h1,h2,h3{font-family:Helvetica,Arial,sans-serif}
+h1,h2,h3,h4{font-family:Helvetica,Arial,sans-serif}
+h1{font-size:1.7em} .meta{color:#555;font-size:0.9em}
 table{border-collapse:collapse;font-size:0.85em;margin:0.8em 0}
-th,td{border:1px solid #bbb;padding:3px 7px;text-align:right}
+th,td{border:1px solid #bbb;padding:3px 7px;text-align:right;vertical-align:top}
 th{background:#eee} td:first-child,th:first-child{text-align:left}
 figure{margin:1.2em 0} figure img{max-width:100%} figcaption{font-size:0.9em;color:#444}
 .note{background:#f6f6f0;border-left:4px solid #cc9;padding:0.4em 0.8em}
-.prov{font-family:monospace;font-size:0.8em}
+.section-error{background:#fbeaea;border-left:4px solid #c33;padding:0.4em 0.8em;font-family:monospace;
+ font-size:0.85em;white-space:pre-wrap}
+.kv td{text-align:left}
+.prov{font-family:monospace;font-size:0.75em;overflow-wrap:break-word}
+.abstract{background:#f7f7fb;border:1px solid #ddd;padding:0.6em 1em}
+nav.toc ol{margin:0.2em 0} nav.toc{font-size:0.9em}
+@media print{
+ body{max-width:none;margin:0;font-size:10pt}
+ figure,.table,table,tr{break-inside:avoid}
+ h2{break-before:auto;break-after:avoid} h3,h4{break-after:avoid}
+ nav.toc{display:none}
+}
 """
 
 
 @dataclass
 class Figures:
-    """Numbers figures and tables across the whole report."""
+    """Numbers figures and tables across the whole report.
 
+    ``out_dir``: where to keep a PNG copy of every figure (``figNN.png``), or None.
+    """
+
+    out_dir: Path | None = None
     figure_no: int = 0
     table_no: int = 0
     items: list = field(default_factory=list)
 
     def figure(self, fig, caption: str) -> str:
-        self.figure_no += 1
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
         import matplotlib.pyplot as plt
 
-        plt.close(fig)
-        data = base64.b64encode(buf.getvalue()).decode()
+        self.figure_no += 1
+        buf = io.BytesIO()
+        try:
+            fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+        finally:
+            plt.close(fig)
+        png = buf.getvalue()
+        if self.out_dir is not None:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            (self.out_dir / f"fig{self.figure_no:02d}.png").write_bytes(png)
+        self.items.append(("figure", self.figure_no, caption))
+        data = base64.b64encode(png).decode()
         return (f'<figure id="fig{self.figure_no}"><img alt="Figure {self.figure_no}" '
                 f'src="data:image/png;base64,{data}"/><figcaption><b>Figure {self.figure_no}.</b> '
                 f"{html.escape(caption)}</figcaption></figure>")
 
-    def table(self, df: pd.DataFrame, caption: str, max_rows: int = 60, floatfmt: str = "{:.4g}") -> str:
+    def table(self, df: pd.DataFrame, caption: str, max_rows: int = 60, floatfmt: str = "{:.4g}",
+              css_class: str = "") -> str:
         self.table_no += 1
+        self.items.append(("table", self.table_no, caption))
         shown = df.head(max_rows)
         body = shown.to_html(index=False, border=0, float_format=lambda v: floatfmt.format(v),
-                             escape=True)
+                             escape=True, classes=css_class or None, na_rep="")
         more = f"<p><i>{len(df) - max_rows} more rows in the HDF5 result.</i></p>" if len(df) > max_rows else ""
         return (f'<div class="table" id="tab{self.table_no}"><p><b>Table {self.table_no}.</b> '
                 f"{html.escape(caption)}</p>{body}{more}</div>")
@@ -54,6 +84,17 @@ def esc(s) -> str:
     return html.escape(str(s))
 
 
-def page(title: str, body: str) -> str:
-    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{esc(title)}</title>"
+def note(text: str) -> str:
+    return f'<p class="note">{esc(text)}</p>'
+
+
+def error_box(where: str, exc: BaseException | str) -> str:
+    """The visible trace of a section that failed; the rest of the report still renders."""
+    what = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
+    return f'<div class="section-error">Error in {esc(where)}: {esc(what)}</div>'
+
+
+def page(title: str, body: str, meta: dict | None = None) -> str:
+    heads = "".join(f'<meta name="{esc(k)}" content="{esc(v)}">' for k, v in (meta or {}).items())
+    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>{heads}<title>{esc(title)}</title>"
             f"<style>{CSS}</style></head><body>{body}</body></html>")

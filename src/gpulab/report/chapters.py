@@ -1,0 +1,173 @@
+"""The report's chapters around the stage sections: abstract, methods, comparison with references.
+
+Each function returns the inner HTML of one chapter; :mod:`gpulab.report` puts them in order.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from gpulab import results  # noqa: E402
+from gpulab.report import references as refs  # noqa: E402
+from gpulab.report.html import Figures, esc, note  # noqa: E402
+from gpulab.report.sections import CHECK_STR, CHECK_STR_LIST, Section  # noqa: E402
+
+GENERAL_METHODS = """
+<p>Every number comes from an HDF5 result file written by one pipeline job; this report reads only
+those files. <b>Timing</b>: each measurement is warmed up, then repeated (at least 5 times in the GPU
+preset); we report the median with the minimum and maximum. On GPUs, time is taken with CUDA events
+on the stream that does the work; on CPUs with a monotonic clock. Inputs are random data, never
+zeros. <b>Bandwidth</b> is counted in bytes once per direction (1 GB/s = 10<sup>9</sup> B/s); a
+same-device copy also reports read+write traffic, and a bidirectional figure is the sum of both
+directions. <b>Collectives</b> report algorithm bandwidth (algbw = bytes / time) and bus bandwidth
+(busbw, algbw scaled by the nccl-tests factor, e.g. 2(n-1)/n for all-reduce). <b>Verification</b>:
+every benchmark checks its own output (sorted permutation, exact sums, relative error against a
+float64 reference) and records the check beside the timing. Results measured on CPU "virtual
+devices" (hosts without a GPU) run the same algorithms on CPU tensors and gloo processes; they are
+labelled <i>cpu</i> and never mixed with GPU numbers silently.</p>
+"""
+
+
+def _devices_of(files: list[Path]) -> str:
+    kinds: dict[str, set[str]] = {}
+    for f in files:
+        a = results.read_attrs(f)
+        kinds.setdefault(str(a.get("device_kind")), set()).add(str(a.get("host")))
+    return "; ".join(f"{k} on {', '.join(sorted(h))}" for k, h in sorted(kinds.items()))
+
+
+def system_line(probe_files: list[Path]) -> str:
+    """'host-a (1x NVIDIA H200, AMD EPYC 9654), host-b (no GPU, ...)' from the probe results."""
+    out = []
+    for f in probe_files:
+        a = results.read_attrs(f)
+        host = results.read_table(f, "host").set_index("key")["value"]
+        cpu = host.get("cpu_model", "unknown CPU")
+        if a.get("has_gpus"):
+            names = results.read_table(f, "gpus")["name"].value_counts()
+            gpus = ", ".join(f"{n}x {name}" for name, n in names.items())
+        else:
+            gpus = "no GPU: CPU virtual devices"
+        out.append(f"{a.get('host')} ({gpus}; {cpu})")
+    return "; ".join(out)
+
+
+def abstract(sections: list[tuple[Section, list[Path]]], probe_files: list[Path],
+             all_files: list[Path]) -> str:
+    hosts = sorted({str(results.read_attrs(f).get("host")) for f in all_files})
+    system = system_line(probe_files) if probe_files else "an unprobed system"
+    parts = [f"<p>We measure what {esc(system)} can really do: links and transfers, kernels, "
+             f"collectives, sorting, GEMM and parallel training, each verified and timed with "
+             f"repetitions. This report was generated from {len(all_files)} result file(s) "
+             f"from {len(hosts)} host(s) ({esc(', '.join(hosts)) or 'none'}).</p>"]
+    items = []
+    for sec, files in sections:
+        lines = sec.call("headlines", files, default=[], check=CHECK_STR_LIST)
+        for line in lines:
+            items.append(f"<li><b>{esc(sec.title)}</b> [{esc(_devices_of(files))}]: {esc(line)}</li>")
+    if items:
+        parts.append("<p>Key results:</p><ul>" + "".join(items) + "</ul>")
+    else:
+        parts.append(note("No stage has reported headline numbers yet."))
+    if any(results.read_attrs(f).get("device_kind") == "cpu" for f in all_files):
+        parts.append(note("Results marked [cpu ...] ran on CPU virtual devices (no GPU was visible): "
+                          "they exercise the same algorithms on real data, but are CPU numbers."))
+    return "\n".join(parts)
+
+
+def methods(sections: list[tuple[Section, list[Path]]], number: str) -> str:
+    parts = [f"<h3>{number}.1 Common conventions</h3>{GENERAL_METHODS}"]
+    for i, (sec, _) in enumerate(sections, start=2):
+        text = sec.call("METHODS", default=None, check=CHECK_STR)
+        if not text or not text.strip():
+            text = note(f"The section of stage '{sec.stage}' states no methodology (METHODS).")
+        parts.append(f'<h3 id="methods-{esc(sec.stage)}">{number}.{i} {esc(sec.title)}</h3>{text}')
+    return "\n".join(parts)
+
+
+def _fraction_figure(df: pd.DataFrame, figs: Figures) -> str:
+    d = df.dropna(subset=["fraction"]).copy()
+    if d.empty:
+        return ""
+    d["label"] = d["stage"] + ": " + d["metric"].astype(str)
+    fig, ax = plt.subplots(figsize=(7.5, 0.9 + 0.32 * len(d)))
+    sns.barplot(data=d, y="label", x="fraction", hue="source", dodge=False, ax=ax, orient="h")
+    ax.axvline(1.0, color="k", lw=0.8, ls="--")
+    ax.set_xlabel("measured / reference")
+    ax.set_ylabel("")
+    ax.legend(fontsize=7, loc="lower right")
+    return figs.figure(fig, "Measured figures as a fraction of their reference (dashed line = 1: "
+                            "equal to the reference). Reference sources as in the legend; each "
+                            "stage's counting convention as in its methods section.")
+
+
+def _a5000_figure(figs: Figures) -> str:
+    mats = refs.a5000_p2p()
+    show = [("uni_p2p_off", "uni, P2P off (GB/s)"), ("uni_p2p_on", "uni, P2P on (GB/s)"),
+            ("bi_p2p_off", "bi, P2P off (GB/s)"), ("bi_p2p_on", "bi, P2P on (GB/s)"),
+            ("lat_p2p_off_gpu", "latency, P2P off (us)"), ("lat_p2p_on_gpu", "latency, P2P on (us)")]
+    fig, axes = plt.subplots(2, 3, figsize=(9, 5.2))
+    for ax, (key, title) in zip(axes.flat, show):
+        sns.heatmap(mats[key], annot=True, fmt=".3g", cbar=False, cmap="viridis", ax=ax)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("dst GPU")
+        ax.set_ylabel("src GPU")
+    fig.tight_layout()
+    return figs.figure(fig, "Reference: CUDA samples' p2pBandwidthLatencyTest on 2x RTX A5000 "
+                            "with NVLink 3 (seed notes). Bandwidth in GB/s, one direction (uni) "
+                            "or the sum of both (bi); latency in microseconds; rows: source GPU.")
+
+
+def comparison(sections: list[tuple[Section, list[Path]]], files: list[Path],
+               gpu_names: list[str], figs: Figures, number: str) -> str:
+    parts = []
+
+    bars = results.collect(files, "bars")
+    parts.append(f"<h3>{number}.1 Performance bars</h3>")
+    if bars.empty:
+        parts.append(note("No stage recorded a performance bar (table 'bars')."))
+    else:
+        cols = [c for c in ("stage", "host", "device_kind", "bar", "measured", "reference", "ratio",
+                            "threshold", "passed", "unit", "note") if c in bars.columns]
+        parts.append(figs.table(bars[cols], "Performance bars of the issues, measured in the same run "
+                                "as their reference (ratio = measured / reference; passed when the "
+                                "ratio meets the threshold).", max_rows=200))
+
+    parts.append(f"<h3>{number}.2 Measured figures against references</h3>")
+    frames = []
+    for sec, sfiles in sections:
+        df = sec.call("references", sfiles, default=None, check=refs.normalize_references)
+        if df is not None and len(df):
+            df = refs.normalize_references(df)
+            df.insert(0, "stage", sec.title)
+            frames.append(df)
+    if frames:
+        table = pd.concat(frames, ignore_index=True)
+        cols = ["stage"] + [c for c in table.columns if c != "stage"]
+        parts.append(figs.table(table[cols], "Each stage's key figures against reference figures "
+                                "(datasheet limits, the seed's RTX A5000 numbers, measured peaks); "
+                                "fraction = measured / reference.", max_rows=200))
+        parts.append(_fraction_figure(table, figs))
+    else:
+        parts.append(note("No stage compared its numbers with reference figures yet."))
+
+    parts.append(f"<h3>{number}.3 Datasheet limits</h3>")
+    ds = refs.datasheets()
+    present = {g for g in ds["gpu"].unique() if any(g.upper() in n.upper() for n in gpu_names)}
+    ds.insert(1, "measured here", ds["gpu"].map(lambda g: "yes" if g in present else "no"))
+    parts.append(figs.table(ds, "Vendor datasheet peaks (dense tensor-core figures; NVLink as the sum "
+                            "of both directions, PCIe per direction). 'measured here': a GPU of this "
+                            "model is among the systems under test.", max_rows=100))
+
+    parts.append(f"<h3>{number}.4 The seed's RTX A5000 system</h3>")
+    parts.append(_a5000_figure(figs))
+    parts.append(figs.table(refs.a5000_p2p_summary(), "Key numbers of the RTX A5000 reference "
+                            f"(mean over the matching cells of the matrices in Figure {figs.figure_no}).",
+                            max_rows=50))
+    return "\n".join(parts)

@@ -1,0 +1,58 @@
+"""Command line of the report (scripts/report.py): HTML always, PDF and figure PNGs on request."""
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from gpulab import report, results
+from gpulab.report import browser
+
+log = logging.getLogger("gpulab.report")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        prog="scripts/report.py",
+        description="Render every result into the paper-style report: self-contained HTML, and a "
+                    "PDF printed by headless Chromium. Results under --results-dir from other hosts "
+                    "appear side by side.")
+    ap.add_argument("--inputs", nargs="*", default=[], type=Path, help="result files (.h5)")
+    ap.add_argument("--results-dir", type=Path, default=Path("results"),
+                    help="also report every other result file under this folder")
+    ap.add_argument("--title", default="gpulab report")
+    ap.add_argument("--out", type=Path, required=True, help="the HTML report to write")
+    ap.add_argument("--pdf", type=Path, help="also print the report to this PDF (needs Chromium)")
+    ap.add_argument("--figures-dir", type=Path,
+                    help="also keep every figure as figNN.png here (for snakemake --report)")
+    ap.add_argument("--strict", action="store_true",
+                    help="exit with status 1 when a section failed (the report is still written)")
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    from gpulab.stage import setup_logging
+
+    args = parse_args(argv)
+    setup_logging()
+    for f in args.inputs:
+        if not f.exists():
+            raise SystemExit(f"report: input result {f} does not exist")
+    files = set(args.inputs) | set(results.find_results(args.results_dir))
+    if args.figures_dir:
+        args.figures_dir.mkdir(parents=True, exist_ok=True)
+        for old in args.figures_dir.glob("fig*.png"):  # figures of an earlier build
+            old.unlink()
+    built = report.build_report(files, args.title, figures_dir=args.figures_dir)
+    results.atomic_write_text(args.out, built.html)
+    log.info("report: wrote %s (%d KiB, %d figures, %d tables, %d section error(s))", args.out,
+             len(built.html) // 1024, built.figures, built.tables, len(built.errors))
+    for e in built.errors:
+        log.error("report: %s", e)
+    if args.pdf:
+        try:
+            browser.print_pdf(args.out, args.pdf)
+        except browser.ChromiumMissing as exc:
+            raise SystemExit(f"report: cannot print {args.pdf}: {exc}") from None
+        log.info("report: wrote %s", args.pdf)
+    return 1 if args.strict and built.errors else 0

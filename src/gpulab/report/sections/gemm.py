@@ -1,0 +1,243 @@
+"""Multi-device GEMM: single-device baseline, 1D row / SUMMA / overlapped SUMMA, strong scaling."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from gpulab import results  # noqa: E402
+from gpulab.report.html import Figures, esc  # noqa: E402
+
+TITLE = "Multi-device matrix multiplication (GEMM)"
+
+METHODS = """
+<p>C = A&nbsp;@&nbsp;B with A of M&times;K and B of K&times;N, random standard-normal inputs (the same
+matrices on every rank). Work is counted as 2&middot;M&middot;N&middot;K floating-point operations;
+TFLOP/s = 2MNK / time, padding for uneven splits (zero rows/columns) is never counted. Precisions:
+<b>fp32</b> (TF32 off), <b>tf32</b> (fp32 storage, TF32 matrix units; CUDA only), <b>bf16</b>.
+The single-device path is <code>torch.matmul(a, b, out=c)</code> (cuBLAS on GPU, oneDNN on CPU),
+timed per call with CUDA events (host clock on CPU) after warm-up; medians with min/max over the
+repetitions. The bar compares it in the same run with plain <code>torch.matmul(a, b)</code> timed
+in batches of back-to-back calls.</p>
+<p>Multi-device algorithms run one process per device (torchrun; NCCL on GPUs, gloo on CPU virtual
+devices, each a share of the cores). <b>row1d</b>: A and B start on rank 0; scatter row blocks of
+A, broadcast B, local GEMM, gather C to rank 0 (all of it timed). <b>summa</b>: A, B, C
+block-distributed on the most square grid rows&times;cols (1&times;2, 2&times;2, 2&times;3,
+2&times;4); for each k panel the owners broadcast the A panel along grid rows and the B panel along
+grid columns, and every rank adds the panel product into its block (data stay distributed; no
+scatter/gather timed). <b>summa_overlap</b>: the same with two panel buffers, broadcasting panel
+l+1 asynchronously while panel l is multiplied. A run's time is the slowest rank's, after a barrier;
+compute is the time inside local GEMMs, communication = total &minus; compute (exposed
+communication, including waiting). Strong scaling: speedup = T<sub>single</sub>/T<sub>P</sub>
+against the single-device baseline of the same size and precision, efficiency = speedup/P;
+efficiency vs P=1 uses the algorithm's own one-device time. The interconnect comparison reruns the
+largest P with <code>NCCL_P2P_DISABLE=1</code> (NCCL then stages through host memory).</p>
+<p>Every result is verified: relative Frobenius error &Vert;C&minus;C<sub>ref</sub>&Vert; /
+&Vert;C<sub>ref</sub>&Vert; against a float64 product of the same (already rounded) inputs, within
+fp32 1e-5, tf32 2e-3, bf16 1e-2 (fp16 2e-3).</p>
+"""
+
+PREC_ORDER = ["fp32", "tf32", "bf16", "fp16"]
+
+
+def _host(a: dict) -> str:
+    if a.get("device_kind") == "cpu":
+        return f"{a.get('host', '?')} (CPU, {a.get('n_devices', '?')} virtual devices)"
+    return f"{a.get('host', '?')} ({a.get('n_devices', '?')}x {a.get('device_name', '?')})"
+
+
+def _collect(files: list[Path], table: str) -> pd.DataFrame:
+    frames = []
+    for f in files:
+        if table not in results.list_contents(f)["tables"]:
+            continue
+        df = results.read_table(f, table)
+        if df.empty:
+            continue
+        a = results.read_attrs(f)
+        df.insert(0, "host", _host(a))
+        df.insert(1, "n_devices", a.get("n_devices", 0))
+        frames.append(df)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _size(df: pd.DataFrame) -> pd.Series:
+    return df["M"].astype(str) + "x" + df["N"].astype(str) + "x" + df["K"].astype(str)
+
+
+def _largest(df: pd.DataFrame) -> str:
+    """The size (by flops) the multi-device figures show."""
+    work = df["M"].astype(float) * df["N"] * df["K"]
+    return df.loc[work.idxmax(), "size"]
+
+
+def _single_figure(single: pd.DataFrame, figs: Figures) -> str:
+    g = sns.catplot(data=single, kind="bar", x="size", y="tflops_median", hue="dtype",
+                    col="host", hue_order=[p for p in PREC_ORDER if p in set(single["dtype"])],
+                    height=3.2, aspect=1.5, sharey=False)
+    g.set_axis_labels("M x N x K", "TFLOP/s (median)")
+    for ax in g.axes.flat:
+        ax.tick_params(axis="x", rotation=20)
+    return figs.figure(g.figure, "Single-device GEMM throughput, torch.matmul(a, b, out=c), "
+                                 "median TFLOP/s = 2MNK / time (min/max in the table below).")
+
+
+def _multi_figure(multi: pd.DataFrame, single: pd.DataFrame, size: str, figs: Figures) -> str:
+    d = multi[multi["size"] == size]
+    g = sns.relplot(data=d, kind="line", x="P", y="tflops_median", hue="algorithm",
+                    style="transport", col="dtype", row="host", markers=True, height=3,
+                    aspect=1.2, facet_kws={"sharey": False})
+    for (host, dtype), ax in g.axes_dict.items():  # row and col both set: (row, col) keys
+        ref = single[(single["host"] == host) & (single["dtype"] == dtype) & (single["size"] == size)]
+        if len(ref):
+            ax.axhline(ref["tflops_median"].iloc[0], color="gray", ls=":", lw=1)
+        ax.set_xticks(sorted(d["P"].unique()))
+    g.set_axis_labels("devices P", "TFLOP/s (median)")
+    return figs.figure(g.figure, f"Multi-device GEMM throughput at {size} against the device "
+                                 "count P (dotted: single-device baseline). row1d includes "
+                                 "scatter/gather from rank 0; SUMMA keeps data distributed.")
+
+
+def _breakdown_figure(multi: pd.DataFrame, size: str, figs: Figures) -> str:
+    d = multi[multi["size"] == size].copy()
+    d["run"] = d["algorithm"] + " P=" + d["P"].astype(str) + " " + d["transport"]
+    d["label"] = d["host"] + " / " + d["dtype"]
+    labels = list(dict.fromkeys(d["label"]))
+    fig, axes = plt.subplots(1, len(labels), figsize=(4.2 * len(labels), 3.6), squeeze=False)
+    for ax, label in zip(axes[0], labels):
+        s = d[d["label"] == label].set_index("run")
+        (s[["compute_s", "comm_s"]] * 1e3).plot.barh(stacked=True, ax=ax, legend=False,
+                                                     color=["#4c72b0", "#dd8452"])
+        ax.set_title(label, fontsize=9)
+        ax.set_xlabel("time per GEMM (ms, median)")
+        ax.set_ylabel("")
+    fig.tight_layout()
+    handles, _ = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, ["compute (local GEMMs)", "exposed communication"], loc="upper center",
+               ncol=2, bbox_to_anchor=(0.5, 0.0), fontsize=8)
+    return figs.figure(fig, f"Time breakdown at {size}: compute = time inside local GEMMs, "
+                            "communication = total - compute (slowest rank, median).")
+
+
+def _fmt_ms(df: pd.DataFrame) -> pd.Series:
+    return ((df["time_s_median"] * 1e3).map("{:.3g}".format) + " (" +
+            (df["time_s_min"] * 1e3).map("{:.3g}".format) + "-" +
+            (df["time_s_max"] * 1e3).map("{:.3g}".format) + ")")
+
+
+def render(files: list[Path], figs: Figures) -> str:
+    single, multi = _collect(files, "single"), _collect(files, "multi")
+    if single.empty and multi.empty:
+        return "<p>No GEMM results.</p>"
+    parts = []
+    if not single.empty:
+        single["size"] = _size(single)
+        parts.append(_single_figure(single, figs))
+        t = single[["host", "size", "dtype"]].assign(**{
+            "time ms median (min-max)": _fmt_ms(single), "TFLOP/s": single["tflops_median"],
+            "rel. error": single["rel_error"], "bound": single["bound"],
+            "within bound": single["passed"]})
+        parts.append(figs.table(t, "Single-device GEMM: time per call, median TFLOP/s and relative "
+                                   "Frobenius error against float64."))
+    if not multi.empty:
+        multi["size"] = _size(multi)
+        size = _largest(multi)
+        parts.append(_multi_figure(multi, single.assign(size=_size(single)) if not single.empty
+                                   else single, size, figs))
+        parts.append(_breakdown_figure(multi, size, figs))
+        t = multi[["host", "transport", "algorithm", "P", "grid", "size", "dtype"]].assign(**{
+            "time ms median (min-max)": _fmt_ms(multi), "TFLOP/s": multi["tflops_median"],
+            "compute ms": multi["compute_s"] * 1e3, "comm ms": multi["comm_s"] * 1e3,
+            "rel. error": multi["rel_error"], "within bound": multi["passed"]})
+        parts.append(figs.table(t, "Multi-device GEMM runs (slowest rank per repetition; "
+                                   "communication = total - compute)."))
+    scal = _collect(files, "scaling")
+    if not scal.empty:
+        scal["size"] = _size(scal)
+        s = scal[scal["size"] == _largest(scal)]
+        cols = ["host", "transport", "algorithm", "dtype", "P", "tflops", "speedup", "efficiency",
+                "efficiency_vs_p1", "status"]
+        parts.append(figs.table(s[cols], f"Strong scaling at {s['size'].iloc[0]}: speedup against "
+                                         "the single-device baseline, efficiency = speedup / P; "
+                                         "P beyond the devices present is not applicable."))
+    bars = _collect(files, "bars")
+    if not bars.empty:
+        parts.append(figs.table(bars.drop(columns=["n_devices"]),
+                                "Bars of issue 8 (measured in the same run)."))
+    cov = _collect(files, "coverage")
+    if not cov.empty:
+        na = cov[cov["status"] != "measured"].drop(columns=["n_devices"])
+        if len(na):
+            parts.append(figs.table(na, "What was not measured here, and why."))
+    parts.append(f"<p>{esc(_checks_sentence(files))}</p>")
+    return "\n".join(parts)
+
+
+def _checks_sentence(files: list[Path]) -> str:
+    total = passed = 0
+    for f in files:
+        a = results.read_attrs(f)
+        total += int(a.get("checks_total", 0))
+        passed += int(a.get("checks_passed", 0))
+    return f"Verification: {passed} of {total} GEMM results within their precision's error bound."
+
+
+def headlines(files: list[Path]) -> list[str]:
+    out = []
+    single = _collect(files, "single")
+    if not single.empty:
+        best = single.loc[single["tflops_median"].idxmax()]
+        out.append(f"Single-device GEMM: {best['tflops_median']:.3g} TFLOP/s ({best['dtype']}, "
+                   f"{best['M']}x{best['N']}x{best['K']}) on {best['host']}.")
+    bars = _collect(files, "bars")
+    for _, b in bars.iterrows():
+        if pd.notna(b["measured"]):
+            out.append(f"{b['bar']}: {b['measured']:.4g} vs {b['reference']:.4g} TFLOP/s "
+                       f"({b['ratio']:.1%}; bar {b['threshold']:.0%}: "
+                       f"{'passed' if b['passed'] else 'failed'}).")
+    multi = _collect(files, "multi")
+    if not multi.empty:
+        top = multi[multi["P"] == multi["P"].max()]
+        best = top.loc[top["tflops_median"].idxmax()]
+        out.append(f"Best multi-device GEMM at P={best['P']}: {best['algorithm']} over "
+                   f"{best['transport']}, {best['tflops_median']:.3g} TFLOP/s ({best['dtype']}, "
+                   f"{best['M']}x{best['N']}x{best['K']}); {_checks_sentence(files)}")
+    return out[:3]
+
+
+# Dense Tensor Core peaks from NVIDIA's H200 datasheet (SXM), and issue 8's known cuBLAS figure.
+H200_PEAKS = {"bf16": (989.4, "NVIDIA H200 SXM datasheet, dense BF16 Tensor Core peak"),
+              "tf32": (494.7, "NVIDIA H200 SXM datasheet, dense TF32 Tensor Core peak"),
+              "fp32": (66.9, "NVIDIA H200 SXM datasheet, FP32 (CUDA cores) peak")}
+H200_BF16_8192 = (785.0, "issue 8: known H200 cuBLAS figure, 770-800 TFLOP/s bf16 8192^3 random data")
+
+
+def references(files: list[Path]) -> pd.DataFrame:
+    rows = []
+    single = _collect(files, "single")
+    for f in files:
+        a = results.read_attrs(f)
+        if "H200" not in str(a.get("device_name", "")) or single.empty:
+            continue
+        mine = single[single["host"] == _host(a)]
+        for dtype, (peak, source) in H200_PEAKS.items():
+            d = mine[mine["dtype"] == dtype]
+            if len(d):
+                best = float(d["tflops_median"].max())
+                rows.append({"metric": f"GEMM {dtype} best single-device TFLOP/s ({_host(a)})",
+                             "measured": best, "reference": peak, "source": source,
+                             "fraction": best / peak})
+        bars = results.read_table(f, "bars") if "bars" in results.list_contents(f)["tables"] else None
+        for _, b in (bars if bars is not None else pd.DataFrame()).iterrows():
+            if pd.isna(b["measured"]) or "bf16 8192^3" not in b["bar"]:
+                continue
+            m = float(b["measured"])
+            rows.append({"metric": f"GEMM bf16 8192^3 single-device TFLOP/s ({_host(a)})",
+                         "measured": m, "reference": H200_BF16_8192[0],
+                         "source": H200_BF16_8192[1], "fraction": m / H200_BF16_8192[0]})
+    return pd.DataFrame(rows, columns=["metric", "measured", "reference", "source", "fraction"])

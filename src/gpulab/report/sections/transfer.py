@@ -1,0 +1,309 @@
+"""Transfers: the p2pBandwidthLatencyTest matrices, host <-> device, hybrid split, cudaMalloc cost."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from gpulab import results  # noqa: E402
+from gpulab.report.html import Figures, esc  # noqa: E402
+
+TITLE = "Transfers: peer-to-peer, host <-> device, hybrid split, allocation cost"
+
+METHODS = """
+<p>The P2P matrices reproduce NVIDIA's <code>p2pBandwidthLatencyTest</code> in Python with CuPy's raw
+runtime API on raw <code>cudaMalloc</code> pointers. A sample: a spin kernel holds the issuing stream on
+a flag in mapped host memory, a start event is recorded, <i>copies</i> back-to-back copies are queued
+(<code>cudaMemcpyPeerAsync</code> for the copy engine, a 16-byte grid-stride copy kernel for SM copies),
+a stop event is recorded and the host releases the flag. Copies are P2P writes: row = source device,
+which issues the copy; column = destination. Bidirectional: the destination's second stream waits on
+the start event and copies back at the same time. Latency: 16-byte copies; GPU latency from the
+events, CPU latency = host time spent queueing each call (includes Python's call overhead). Added to
+the sample: warm-up samples, several samples with median and min/max spread, a size sweep, and every
+destination read back and compared byte for byte with the random source.</p>
+<p>Peer access is toggled only with <code>cudaDeviceEnablePeerAccess</code>/<code>DisablePeerAccess</code>.
+CuPy enables peer access on its own when one of its kernels touches another GPU's array, and torch
+does on cross-device copies, so the P2P=Disabled matrices are measured in a separate process that
+never enables it, never imports torch and never creates a CuPy array; at its end
+<code>cudaDeviceDisablePeerAccess</code> must answer <i>not enabled</i> for every pair (recorded as the
+isolation check). Host &lt;-&gt; device: pinned (<code>cudaHostAlloc</code>) vs pageable (numpy) memory,
+<code>cudaMemcpyAsync</code> timed with events vs blocking <code>cudaMemcpy</code> timed with the host clock,
+and pinned H2D to every GPU issued from one host thread vs one thread per GPU. The hybrid transfer
+splits GPU0&rarr;GPU1 bytes between the P2P path and a chunked, pipelined path through pinned host memory in
+the ratio R = BW<sub>p2p</sub>/BW<sub>host</sub> of the measured bandwidths. cudaMalloc cost: one raw
+call timed per allocation, grouped by the number of prior live allocations (power-of-two bins),
+without and with every peer mapping enabled. On CPU hosts the matrices are measured between CPU
+virtual devices (numpy <code>copyto</code>, a memcpy that releases the GIL, issued by the source
+device's thread); host memcpy is measured everywhere.</p>
+<p>Conventions: bytes are counted once per direction, GB/s = 10<sup>9</sup> B/s; a same-device copy
+counts read + write (2&times; the bytes), as the sample does; bidirectional bandwidth is the sum of
+both directions; latency = sample time / copies. Bars: the same-device copy must reach 95% of a plain
+torch <code>copy_</code> on the same device and pinned H2D 95% of torch's pinned <code>copy_</code>, both
+measured in the same run at the same size; the run-to-run spread ((max&minus;min)/median) is
+reported.</p>
+"""
+
+BW_ORDER = ["uni_ce_p2p_disabled_GBps", "uni_ce_p2p_enabled_GBps", "bi_ce_p2p_disabled_GBps",
+            "bi_ce_p2p_enabled_GBps", "uni_sm_p2p_disabled_GBps", "uni_sm_p2p_enabled_GBps",
+            "bi_sm_p2p_disabled_GBps", "bi_sm_p2p_enabled_GBps", "uni_memcpy_GBps", "bi_memcpy_GBps"]
+
+
+def _tables(f: Path) -> list[str]:
+    return results.list_contents(f)["tables"]
+
+
+def _host(f: Path) -> str:
+    a = results.read_attrs(f)
+    return f"{a.get('host')} ({a.get('device_kind')})"
+
+
+def _heatmaps(f: Path, names: list[str], figs: Figures, what: str, fmt: str) -> str:
+    present = [n for n in names if n in results.list_contents(f)["matrices"]]
+    if not present:
+        return ""
+    mats = [results.read_matrix(f, n) for n in present]
+    size = len(mats[0][0])
+    cols = min(4, len(present))
+    rws = math.ceil(len(present) / cols)
+    fig, axes = plt.subplots(rws, cols, figsize=(cols * (1.6 + 0.9 * size), rws * (1.3 + 0.8 * size)),
+                             squeeze=False)
+    for ax, (m, meta) in zip(axes.flat, mats):
+        sns.heatmap(pd.DataFrame(m, index=meta["rows"], columns=meta["cols"]), annot=True, fmt=fmt,
+                    cbar=False, cmap="viridis", ax=ax, annot_kws={"size": 8})
+        ax.set_title(meta.get("title", ""), fontsize=7)
+        ax.set_xlabel("destination")
+        ax.set_ylabel("source")
+    for ax in list(axes.flat)[len(mats):]:
+        ax.axis("off")
+    fig.tight_layout()
+    return figs.figure(fig, f"{what} on {_host(f)}, laid out like p2pBandwidthLatencyTest's tables "
+                            "(row = source, column = destination; median of the samples). Same-device "
+                            "cells count read+write; bidirectional = sum of both directions; empty = "
+                            "not measurable (SM copy across devices needs peer access).")
+
+
+def _reference_heatmaps(f: Path, figs: Figures) -> str:
+    names = [n for n in results.list_contents(f)["matrices"] if n.startswith("ref_a5000_")]
+    if not names:
+        return ""
+    fig, axes = plt.subplots(2, 4, figsize=(13, 5.2))
+    for ax, n in zip(axes.flat, sorted(names)):
+        m, meta = results.read_matrix(f, n)
+        sns.heatmap(pd.DataFrame(m, index=meta["rows"], columns=meta["cols"]), annot=True, fmt=".3g",
+                    cbar=False, cmap="viridis", ax=ax, annot_kws={"size": 8})
+        ax.set_title(n.replace("ref_a5000_", "") + f" ({meta['unit']})", fontsize=8)
+    fig.tight_layout()
+    return figs.figure(fig, "Reference: the seed's p2pBandwidthLatencyTest on 2x RTX A5000 with NVLink "
+                            "(parsed from its output; its same-device cells count read+write too).")
+
+
+def _sweep_figure(df: pd.DataFrame, figs: Figures, x: str, hue: str, style: str | None, title: str,
+                  ylabel: str) -> str:
+    d = df.copy()
+    d["KiB"] = d[x] / 1024
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    sns.lineplot(data=d, x="KiB", y="value_median", hue=hue, style=style, marker="o", ax=ax)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("bytes per copy (KiB)")
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=7)
+    return figs.figure(fig, title)
+
+
+def _with_host(files: list[Path], table: str) -> pd.DataFrame:
+    df = results.collect(files, table)
+    if len(df):
+        df["who"] = df["host"].astype(str) + " (" + df["device_kind"].astype(str) + ")"
+    return df
+
+
+def _sweeps(files: list[Path], figs: Figures) -> list[str]:
+    parts = []
+    sw = _with_host(files, "p2p_sweep")
+    if len(sw):
+        sw["path"] = (sw["mechanism"] + ", P2P " + sw["p2p"] + ", GPU" + sw["src"].astype(str) + "->GPU"
+                      + sw["dst"].astype(str))
+        parts.append(_sweep_figure(sw, figs, "bytes", "path", "who" if sw["who"].nunique() > 1 else None,
+                                   "P2P bandwidth vs copy size (copy engine and SM copy; same-device "
+                                   "paths count read+write; median of the samples; a sample moves at "
+                                   "least sweep_target_bytes).", "GB/s"))
+    hd = _with_host(files, "host_device")
+    if len(hd):
+        hd["mode"] = hd["direction"] + " " + hd["memory"]
+        parts.append(_sweep_figure(hd, figs, "bytes", "mode", "call",
+                                   "Host <-> device bandwidth vs size on GPU0: pinned vs pageable host "
+                                   "memory, cudaMemcpyAsync (CUDA events) vs blocking cudaMemcpy (host "
+                                   "clock); bytes counted once; " + ", ".join(sorted(hd["who"].unique())) + ".",
+                                   "GB/s (one direction)"))
+    hm = _with_host(files, "host_memcpy")
+    if len(hm):
+        parts.append(_sweep_figure(hm, figs, "bytes", "who", None,
+                                   "Host memcpy bandwidth vs size (one thread, numpy copyto, buffer to "
+                                   "buffer; bytes counted once: x2 for read+write). Small sizes sit in "
+                                   "CPU caches.", "GB/s (bytes once)"))
+    return parts
+
+
+def _malloc_figure(files: list[Path], figs: Figures) -> str:
+    m = _with_host(files, "malloc")
+    if not len(m):
+        return ""
+    m["prior allocations"] = (m["prior_from"] + m["prior_to"]) / 2 + 1
+    m["peer access"] = m["peer_access"] + " (" + m["peers"].astype(str) + " peers)"
+    fig, ax = plt.subplots(figsize=(7, 4))
+    sns.lineplot(data=m, x="prior allocations", y="time_us_median", hue="peer access",
+                 style="who" if m["who"].nunique() > 1 else None, marker="o", ax=ax)
+    ax.set_xscale("log", base=2)
+    ax.set_ylabel("cudaMalloc time (us, median in bin)")
+    return figs.figure(fig, "cudaMalloc cost vs number of prior live allocations (power-of-two bins, "
+                            f"{int(m['alloc_bytes'].iloc[0])} B each), without and with peer access "
+                            "enabled: the seed's O(lg N) vs O(D lg N) claim.")
+
+
+def _cols(df: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    return df[[c for c in cols if c in df.columns]]
+
+
+def render(files: list[Path], figs: Figures) -> str:
+    parts = []
+    for f in files:
+        a = results.read_attrs(f)
+        kind = a.get("device_kind")
+        parts.append(f"<h3>{esc(_host(f))}</h3>")
+        names = ", ".join(a.get("gpu_names") or a.get("device_names") or [])
+        parts.append(f"<p>{a.get('device_count')} device(s): {esc(names)}. P2P=Disabled isolation: "
+                     f"{esc(a.get('isolation_check', '?'))}. Verification: "
+                     + "; ".join(f"{esc(k[7:])}: {esc(v)}" for k, v in a.items() if k.startswith("verify_"))
+                     + ".</p>")
+        if kind != "cuda":
+            parts.append('<p class="note">No GPU: the matrices below are host memcpy between CPU virtual '
+                         "devices (threads' buffers); the GPU measurements are listed as not "
+                         "applicable.</p>")
+        parts.append(_heatmaps(f, BW_ORDER, figs, "Bandwidth matrices (GB/s)", ".4g"))
+        lat = sorted(n for n in results.list_contents(f)["matrices"] if n.startswith("latency_"))
+        parts.append(_heatmaps(f, lat, figs, "Latency matrices (us)", ".3g"))
+        tabs = _tables(f)
+        if "bars" in tabs:
+            parts.append(figs.table(results.read_table(f, "bars"),
+                                    f"Bars on {_host(f)}: ratio = measured / reference (>= threshold "
+                                    "passes); spread = (max-min)/median of the samples (<= threshold)."))
+        if "hybrid" in tabs:
+            h = _cols(results.read_table(f, "hybrid"), ["path", "bytes", "p2p_bytes", "host_bytes",
+                                                        "ratio_R", "value_median", "value_min", "value_max",
+                                                        "speedup_vs_best_single", "verified"])
+            parts.append(figs.table(h, f"Hybrid split GPU0->GPU1 on {_host(f)} (GB/s, bytes once, host "
+                                       "clock): each path alone and split R/(1+R) : 1/(1+R)."))
+        if "host_device_threads" in tabs:
+            t = _cols(results.read_table(f, "host_device_threads"),
+                      ["threading", "call", "gpus", "bytes", "copies", "value_median", "value_min",
+                       "value_max", "verified"])
+            parts.append(figs.table(t, f"Pinned H2D to all GPUs at once on {_host(f)}: aggregate GB/s, "
+                                       "one host thread for all GPUs vs one thread per GPU."))
+        if "host_threads" in tabs:
+            t = _cols(results.read_table(f, "host_threads"),
+                      ["threads", "bytes", "copies", "value_median", "value_min", "value_max", "verified"])
+            parts.append(figs.table(t, f"Host memcpy with T threads at once on {_host(f)} (aggregate "
+                                       "GB/s, bytes counted once)."))
+        if "applicability" in tabs:
+            ap = results.read_table(f, "applicability")
+            ap = ap[~ap["applicable"].astype(bool)]
+            if len(ap):
+                parts.append(figs.table(ap, f"Not applicable on {_host(f)}, and why."))
+    parts += _sweeps(files, figs)
+    parts.append(_malloc_figure(files, figs))
+    if files:
+        parts.append(_reference_heatmaps(files[0], figs))
+    return "\n".join(p for p in parts if p)
+
+
+def _diag(f: Path, name: str) -> float:
+    if name not in results.list_contents(f)["matrices"]:
+        return float("nan")
+    m, _ = results.read_matrix(f, name)
+    return float(np.nanmean(np.diag(m)))
+
+
+def _offdiag(f: Path, name: str) -> float:
+    if name not in results.list_contents(f)["matrices"]:
+        return float("nan")
+    m, _ = results.read_matrix(f, name)
+    if len(m) < 2:
+        return float("nan")
+    return float(np.nanmean(m[~np.eye(len(m), dtype=bool)]))
+
+
+def _h2d(f: Path) -> float:
+    if "host_device" not in _tables(f):
+        return float("nan")
+    hd = results.read_table(f, "host_device")
+    hd = hd[(hd.direction == "H2D") & (hd.memory == "pinned") & (hd.call == "async")]
+    return float(hd.sort_values("bytes")["value_median"].iloc[-1]) if len(hd) else float("nan")
+
+
+def headlines(files: list[Path]) -> list[str]:
+    out = []
+    for f in files:
+        a = results.read_attrs(f)
+        if a.get("device_kind") == "cuda":
+            gpu = (a.get("gpu_names") or ["GPU"])[0]
+            s = (f"Same-device copy: {_diag(f, 'uni_ce_p2p_enabled_GBps'):.0f} GB/s (read+write) on {gpu}; "
+                 f"pinned H2D {_h2d(f):.1f} GB/s")
+            x = _offdiag(f, "uni_ce_p2p_enabled_GBps")
+            out.append(s + (f"; GPU-GPU P2P {x:.0f} GB/s one way." if not math.isnan(x) else "."))
+        elif "host_memcpy" in _tables(f):
+            hm = results.read_table(f, "host_memcpy")
+            out.append(f"Host memcpy on {a.get('host')}: up to {hm['value_median'].max():.1f} GB/s "
+                       "(one thread, bytes counted once); GPU transfer tests not applicable (no GPU).")
+    return out[:3]
+
+
+def _datasheet(name: str) -> dict:
+    try:  # the report's reference figures, where that module provides them
+        from gpulab.report.references import datasheet
+    except ImportError:
+        return {}
+    return datasheet(name)
+
+
+def references(files: list[Path]) -> pd.DataFrame:
+    rows = []
+    for f in files:
+        a = results.read_attrs(f)
+        if a.get("device_kind") != "cuda":
+            continue
+        gpu = (a.get("gpu_names") or [""])[0]
+        host = a.get("host")
+
+        def ref(metric, measured, reference, source):
+            if not (math.isnan(measured) or math.isnan(reference)):
+                rows.append({"metric": f"{metric} [{host}]", "measured": measured, "reference": reference,
+                             "source": source, "fraction": measured / reference})
+
+        same = _diag(f, "uni_ce_p2p_enabled_GBps")
+        seed = "seed p2pBandwidthLatencyTest, RTX A5000"
+        ref("same-device copy GB/s (read+write)", same, _diag(f, "ref_a5000_uni_ce_p2p_enabled_GBps"), seed)
+        if "torch_d2d" in _tables(f):
+            ref("same-device copy GB/s vs torch copy_", same,
+                float(results.read_table(f, "torch_d2d")["value_median"].mean()), "torch, same run")
+        ds = _datasheet(gpu)
+        if "memory_bandwidth" in ds:
+            ref("same-device copy GB/s vs HBM peak", same, ds["memory_bandwidth"][0], f"datasheet {gpu}")
+        if "pcie_per_direction" in ds:
+            ref("pinned H2D GB/s vs PCIe peak", _h2d(f), ds["pcie_per_direction"][0], f"datasheet {gpu}")
+        ref("GPU-GPU P2P uni GB/s", _offdiag(f, "uni_ce_p2p_enabled_GBps"),
+            _offdiag(f, "ref_a5000_uni_ce_p2p_enabled_GBps"), seed)
+        ref("GPU-GPU P2P bi GB/s", _offdiag(f, "bi_ce_p2p_enabled_GBps"),
+            _offdiag(f, "ref_a5000_bi_ce_p2p_enabled_GBps"), seed)
+        ref("GPU-GPU latency us (P2P on)", _offdiag(f, "latency_ce_p2p_enabled_gpu_us"),
+            _offdiag(f, "ref_a5000_latency_ce_p2p_enabled_gpu_us"), seed)
+        ref("same-device latency us (GPU)", _diag(f, "latency_ce_p2p_enabled_gpu_us"),
+            _diag(f, "ref_a5000_latency_ce_p2p_enabled_gpu_us"), seed)
+    return pd.DataFrame(rows, columns=["metric", "measured", "reference", "source", "fraction"])

@@ -1,0 +1,336 @@
+"""The paper-style report, built from synthetic results of two hosts (stages arrive over time, so the
+framework is tested with sections and results made here), checked in headless Chromium and as PDF."""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+import sys
+import types
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from gpulab import probe, results  # noqa: E402
+from gpulab.probe import nvsmi  # noqa: E402
+from gpulab.report import browser, build_report, cli, references, sections  # noqa: E402
+
+FIXTURES = Path(__file__).parent / "fixtures"
+HOSTS = ("gpuhost", "cpuhost")
+needs_chromium = pytest.mark.skipif(browser.find_chromium() is None,
+                                    reason="Chromium is not installed (Debian: apt-get install chromium)")
+
+
+# --- synthetic results -----------------------------------------------------------------------------
+
+def _probe_info(host: str) -> dict:
+    """What the probe would collect on a 2x H200 NVLink host, or on a CPU-only host."""
+    gpu = host == "gpuhost"
+    gpus = [{"index": i, "name": "NVIDIA H200", "compute_capability": "9.0", "sm_count": 132,
+             "memory_bytes": 150_000_000_000, "pci_bus_id": f"0000:0{i}:00.0", "numa_node": 0}
+            for i in range(2)] if gpu else []
+    topo = nvsmi.parse_topology((FIXTURES / "topo_nv4.txt").read_text()) if gpu else None
+    return {"host": {"cpu_model": f"Test CPU of {host}", "physical_cores": 8, "logical_cpus": 16,
+                     "usable_cpus": 16, "numa_nodes": [{"node": 0, "cpus": "0-15", "mem_bytes": 2**34}],
+                     "ram_bytes": 2**36, "os": "Debian 12", "kernel": "6.1", "python": "3.11"},
+            "software": {"torch": "2.13.0", "python": "3.11", "nccl": "2.28.9" if gpu else "-"},
+            "gpus": gpus, "has_gpus": gpu, "peer_access": [[0, 1], [1, 0]] if gpu else [],
+            "peer_access_api": "cudaDeviceCanAccessPeer" if gpu else "none", "topology": topo,
+            "topo_text": "", "nvlink_status_smi": [], "nvlink_caps_smi": []}
+
+
+def _bench_result(host: str) -> results.Result:
+    """A stage 'fakebench' result: bandwidth against size, a matrix and a performance bar."""
+    kind = "cuda" if host == "gpuhost" else "cpu"
+    r = results.Result("fakebench", "main", {"sizes": [1024, 2**20]}, kind)
+    rng = np.random.default_rng(7)
+    sizes = 2 ** np.arange(10, 24, 2)
+    peak = 4000.0 if kind == "cuda" else 20.0
+    r.add_table("bandwidth", pd.DataFrame({
+        "size_bytes": np.repeat(sizes, 3), "repetition": np.tile([0, 1, 2], len(sizes)),
+        "gbps": np.repeat(peak * sizes / (sizes + 2**18), 3) * rng.uniform(0.97, 1.0, 3 * len(sizes))}),
+        units={"size_bytes": "B", "gbps": "GB/s"})
+    r.add_matrix("p2p", rng.uniform(10, 50, (2, 2)), "GB/s", rows=["d0", "d1"], cols=["d0", "d1"])
+    r.add_table("bars", pd.DataFrame([{"bar": "copy within 5% of torch", "measured": peak * 0.9,
+                                       "reference": peak, "ratio": 0.9, "threshold": 0.95,
+                                       "passed": False, "unit": "GB/s", "note": "synthetic"}]))
+    return r
+
+
+def _fake_section(name: str = "fakebench", broken: str | None = None) -> types.ModuleType:
+    """A section module following the contract (or one whose hook ``broken`` raises)."""
+    mod = types.ModuleType(f"gpulab.report.sections.{name}")
+    mod.TITLE = "Fake bandwidth benchmark"
+    mod.METHODS = "<p>Bytes counted once per direction; median of 3 repetitions.</p>"
+
+    def render(files, figs):
+        if broken == "render":
+            raise ZeroDivisionError("synthetic failure in render")
+        if broken == "empty":
+            return "  "
+        df = results.collect(files, "bandwidth")
+        fig, ax = plt.subplots(figsize=(5, 3))
+        sns.lineplot(data=df, x="size_bytes", y="gbps", hue="host", marker="o", ax=ax)
+        ax.set_xscale("log", base=2)
+        return figs.figure(fig, "Bandwidth (GB/s, once per direction) against size (B).") + figs.table(
+            df.groupby(["host", "size_bytes"], as_index=False)["gbps"].median(), "Median bandwidth.")
+
+    def headlines(files):
+        if broken == "headlines":
+            raise KeyError("no such table")
+        df = results.collect(files, "bandwidth")
+        return [f"Peak {g.gbps.max():.1f} GB/s on {h}" for h, g in df.groupby("host")]
+
+    def references_(files):
+        df = results.collect(files, "bandwidth")
+        return pd.DataFrame([{"metric": f"peak bandwidth on {h}", "measured": g.gbps.max(),
+                              "reference": 4800.0, "source": "H200 datasheet"}
+                             for h, g in df.groupby("host")])
+
+    mod.render, mod.headlines, mod.references = render, headlines, references_
+    return mod
+
+
+@pytest.fixture(scope="module")
+def two_hosts(tmp_path_factory) -> list[Path]:
+    """Probe and fakebench results of two hosts, as if copied into one results/ folder."""
+    root = tmp_path_factory.mktemp("results")
+    mp = pytest.MonkeyPatch()
+    files = []
+    try:
+        for host in HOSTS:
+            mp.setenv("GPULAB_HOST", host)
+            files.append(results.write(probe.build_result("probe", "main", {"gpus": "all"},
+                                                          _probe_info(host)), root / f"probe/{host}.h5"))
+            files.append(results.write(_bench_result(host), root / f"fakebench/{host}/main.h5"))
+    finally:
+        mp.undo()
+    return files
+
+
+@pytest.fixture
+def fake_section(monkeypatch):
+    def install(**kw):
+        mod = _fake_section(**kw)
+        monkeypatch.setitem(sys.modules, mod.__name__, mod)
+        return mod
+    install()
+    return install
+
+
+@pytest.fixture(scope="module")
+def built(two_hosts, tmp_path_factory):
+    """The report of the two hosts, with the fake section, written as HTML and figure PNGs."""
+    mp = pytest.MonkeyPatch()
+    mod = _fake_section()
+    mp.setitem(sys.modules, mod.__name__, mod)
+    out = tmp_path_factory.mktemp("report")
+    try:
+        b = build_report(two_hosts, "Test report", figures_dir=out / "figures")
+    finally:
+        mp.undo()
+    (out / "report.html").write_text(b.html)
+    return b, out
+
+
+# --- reference data --------------------------------------------------------------------------------
+
+def test_a5000_reference_is_the_seed_output_parsed():
+    m = references.a5000_p2p()
+    assert m["uni_p2p_on"].loc["0", "1"] == 52.71 and m["uni_p2p_off"].loc["1", "0"] == 21.23
+    assert m["bi_p2p_on"].loc["1", "0"] == 101.85
+    assert m["lat_p2p_off_gpu"].loc["0", "1"] == 12.65 and m["lat_p2p_on_cpu"].loc["1", "1"] == 3.40
+    # The package copy is the seed text the parser fixture holds.
+    fixture = references.parse_p2p_bandwidth_latency((FIXTURES / "p2pBandwidthLatencyTest_a5000.txt").read_text())
+    assert all(fixture[k].equals(m[k]) for k in m) and len(m) == 8
+    s = references.a5000_p2p_summary().set_index("metric")
+    assert s.loc["GPU-GPU, P2P on (bi)", "value"] == pytest.approx((101.57 + 101.85) / 2)
+
+
+def test_p2p_parser_rejects_other_text():
+    with pytest.raises(ValueError, match="no bandwidth or latency matrix"):
+        references.parse_p2p_bandwidth_latency("nvidia-smi: command not found\n")
+
+
+def test_datasheet_limits():
+    h200 = references.datasheet("NVIDIA H200")
+    assert h200["memory_bandwidth"] == (4800.0, "GB/s")
+    assert h200["bf16_dense"][0] == 989.0 and h200["fp32"][0] == 67.0
+    assert references.datasheet("NVIDIA RTX A5000")["fp32"][0] == 27.8
+    assert references.datasheet("Intel Xeon") == {}
+
+
+def test_references_fraction_is_measured_over_reference():
+    df = references.normalize_references(pd.DataFrame(
+        {"metric": ["a", "b"], "measured": [2.0, 3.0], "reference": [4.0, 0.0], "source": ["x", "y"]}))
+    assert df["fraction"].iloc[0] == 0.5 and np.isnan(df["fraction"].iloc[1])
+    with pytest.raises(ValueError, match=r"lacks column\(s\) \['reference'\]"):
+        references.normalize_references(pd.DataFrame({"metric": ["a"], "measured": [1], "source": ["x"]}))
+
+
+# --- the report ------------------------------------------------------------------------------------
+
+def _section(html: str, sid: str) -> str:
+    m = re.search(rf'<section id="{sid}">(.*?)</section>\n?(?=<section id="|</body>)', html, re.S)
+    assert m, f"no section {sid}"
+    return m.group(1)
+
+
+def test_report_has_the_chapters_of_a_paper(built):
+    b, _ = built
+    assert b.errors == []
+    ids = re.findall(r'<section id="([\w-]+)">', b.html)
+    assert ids == ["abstract", "system", "methods", "results", "stage-fakebench", "comparison", "provenance"]
+    abstract = _section(b.html, "abstract")
+    # Headline numbers are generated per host by the section, with the device kind beside them.
+    assert re.search(r"Peak 3\d{3}\.\d GB/s on gpuhost", abstract) and "Peak 1" in abstract
+    assert "cuda on gpuhost" in abstract and "cpu on cpuhost" in abstract
+    assert "Bytes counted once per direction" in _section(b.html, "methods")
+
+
+def test_hosts_appear_side_by_side(built):
+    b, _ = built
+    system = _section(b.html, "system")
+    table = re.search(r"<table.*?</table>", system, re.S).group(0)
+    header = re.search(r"<thead>.*?</thead>", table, re.S).group(0)
+    assert "gpuhost" in header and "cpuhost" in header  # one column per host
+    assert "2x NVIDIA H200" in table and "none (CPU virtual devices)" in table
+    assert "NV4" in system  # the topology matrix of the GPU host
+    assert re.search(r"Peer access on gpuhost", system)
+
+
+def test_figures_and_tables_are_numbered_and_kept_as_png(built):
+    b, out = built
+    nums = [int(n) for n in re.findall(r"<b>Figure (\d+)\.</b>", b.html)]
+    assert nums == list(range(1, b.figures + 1)) and b.figures >= 4
+    assert [int(n) for n in re.findall(r"<b>Table (\d+)\.</b>", b.html)] == list(range(1, b.tables + 1))
+    pngs = sorted((out / "figures").glob("fig*.png"))
+    assert len(pngs) == b.figures and all(p.read_bytes()[:4] == b"\x89PNG" for p in pngs)
+
+
+def test_comparison_has_bars_references_datasheets_and_a5000(built):
+    b, _ = built
+    comp = _section(b.html, "comparison")
+    assert "copy within 5% of torch" in comp  # bars of both hosts
+    assert comp.count("copy within 5% of torch") == 2
+    assert "peak bandwidth on gpuhost" in comp and "H200 datasheet" in comp
+    assert "bf16_dense" in comp and "989" in comp and "4800" in comp
+    assert "p2pBandwidthLatencyTest" in comp and "101.7" in comp  # A5000 bidirectional P2P mean
+
+
+def test_provenance_lists_every_result(built, two_hosts):
+    b, _ = built
+    prov = _section(b.html, "provenance")
+    for f in two_hosts:
+        a = results.read_attrs(f)
+        assert a["result_id"] in prov and a["config_hash"] in prov
+    commit = results.read_attrs(two_hosts[0])["git_commit"]
+    assert commit[:12] in prov and "torch" in prov and "2.13.0" in prov
+
+
+def test_a_failing_section_becomes_an_error_box(two_hosts, fake_section):
+    fake_section(broken="render")
+    b = build_report(two_hosts, "t")
+    assert len(b.errors) == 1 and "ZeroDivisionError: synthetic failure in render" in b.errors[0]
+    box = re.findall(r'<div class="section-error">(.*?)</div>', _section(b.html, "stage-fakebench"))
+    assert box and "fakebench" in box[0] and "ZeroDivisionError" in box[0]
+    assert "Test CPU of gpuhost" in b.html and "Appendix: provenance" in b.html  # the rest rendered
+    assert 'name="gpulab-section-errors" content="1"' in b.html
+
+
+def test_failing_headlines_and_empty_render_are_reported(two_hosts, fake_section):
+    fake_section(broken="headlines")
+    b = build_report(two_hosts, "t")
+    assert any("headlines: KeyError" in e for e in b.errors)
+    assert "section-error" in _section(b.html, "abstract")
+    fake_section(broken="empty")
+    b = build_report(two_hosts, "t")
+    assert b.errors == ["section 'fakebench', render: returned no HTML"]
+
+
+def test_cli_strict_exit_status_and_missing_input(two_hosts, fake_section, tmp_path):
+    root = two_hosts[0].parents[1]
+    out = tmp_path / "r.html"
+    assert cli.main(["--results-dir", str(root), "--out", str(out), "--strict"]) == 0
+    assert out.read_text().startswith("<!DOCTYPE html>")
+    fake_section(broken="render")
+    assert cli.main(["--results-dir", str(root), "--out", str(out), "--strict"]) == 1
+    with pytest.raises(SystemExit, match="does not exist"):
+        cli.main(["--inputs", str(tmp_path / "nope.h5"), "--out", str(out)])
+
+
+def test_real_sections_follow_the_contract():
+    names = [m.name for m in pkgutil.iter_modules(sections.__path__)]
+    assert {"probe", "generic"} <= set(names)
+    for name in names:
+        mod = importlib.import_module(f"gpulab.report.sections.{name}")
+        assert isinstance(mod.TITLE, str) and mod.TITLE, name
+        assert isinstance(mod.METHODS, str) and mod.METHODS.strip(), name
+        assert callable(mod.render) and callable(mod.headlines), name
+        assert not hasattr(mod, "references") or callable(mod.references), name
+
+
+def test_real_probe_section_renders_this_host(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPULAB_HOST", "thishost")
+    info = probe.collect()
+    f = results.write(probe.build_result("probe", "main", {"gpus": "all"}, info), tmp_path / "p.h5")
+    b = build_report([f], "t")
+    assert b.errors == []
+    assert info["host"]["cpu_model"] in _section(b.html, "system")
+
+
+def test_no_results_still_gives_a_report():
+    b = build_report([], "empty")
+    assert b.errors == [] and "No probe result" in b.html and "No result files" in b.html
+
+
+# --- in a real browser, and as PDF -----------------------------------------------------------------
+
+@needs_chromium
+def test_report_renders_in_chromium(built):
+    b, out = built
+    seen = browser.inspect(out / "report.html")
+    assert seen["title"] == "Test report" and seen["errors"] == 0
+    assert len(seen["images"]) == b.figures
+    assert all(i["complete"] and i["naturalWidth"] > 0 and i["naturalHeight"] > 0 for i in seen["images"])
+    for s in seen["sections"]:
+        assert s["text"] > 40 or s["figures"] or s["tables"], f"section {s['id']} is empty: {s}"
+    assert {s["id"] for s in seen["sections"]} >= {"abstract", "system", "methods", "results",
+                                                  "comparison", "provenance"}
+
+
+@needs_chromium
+def test_pdf_pages_have_text_and_the_figures(built, tmp_path):
+    from pypdf import PdfReader
+
+    b, out = built
+    pdf = browser.print_pdf(out / "report.html", tmp_path / "report.pdf")
+    reader = PdfReader(pdf)
+    assert len(reader.pages) >= 3
+    n_images = 0
+    for i, page in enumerate(reader.pages, start=1):
+        text = page.extract_text() or ""
+        images = len(page.images)
+        n_images += images
+        assert text.strip() or images, f"page {i} of {len(reader.pages)} is blank"
+    assert n_images >= b.figures
+    first = reader.pages[0].extract_text()
+    assert "Test report" in first and "Abstract" in first
+
+
+def test_without_chromium_the_pdf_is_refused_clearly(monkeypatch, tmp_path, two_hosts):
+    monkeypatch.setenv("GPULAB_CHROMIUM", "")
+    assert browser.find_chromium() is None
+    with pytest.raises(browser.ChromiumMissing, match="apt-get install -y chromium"):
+        browser.print_pdf(tmp_path / "x.html", tmp_path / "x.pdf")
+    with pytest.raises(SystemExit, match="cannot print .*x.pdf: no Chromium found"):
+        cli.main(["--inputs", str(two_hosts[0]), "--results-dir", str(tmp_path), "--out",
+                  str(tmp_path / "x.html"), "--pdf", str(tmp_path / "x.pdf")])
+    assert (tmp_path / "x.html").exists() and not (tmp_path / "x.pdf").exists()
