@@ -51,19 +51,17 @@ def _host(a: dict) -> str:
     return f"{a.get('host', '?')} ({a.get('n_devices', '?')}x {a.get('device_name', '?')})"
 
 
+META = ["stage", "variant", "device_kind", "result_id"]  # added by results.collect
+
+
 def _collect(files: list[Path], table: str) -> pd.DataFrame:
-    frames = []
-    for f in files:
-        if table not in results.list_contents(f)["tables"]:
-            continue
-        df = results.read_table(f, table)
-        if df.empty:
-            continue
-        a = results.read_attrs(f)
-        df.insert(0, "host", _host(a))
-        df.insert(1, "n_devices", a.get("n_devices", 0))
-        frames.append(df)
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    """One table across result files, ``host`` relabelled with the devices it ran on."""
+    df = results.collect(files, table)
+    if df.empty:
+        return df
+    labels = {str(a.get("result_id")): _host(a) for a in map(results.read_attrs, files)}
+    df["host"] = df["result_id"].astype(str).map(labels)
+    return df.drop(columns=[c for c in META if c in df.columns])
 
 
 def _size(df: pd.DataFrame) -> pd.Series:
@@ -167,11 +165,11 @@ def render(files: list[Path], figs: Figures) -> str:
                                          "P beyond the devices present is not applicable."))
     bars = _collect(files, "bars")
     if not bars.empty:
-        parts.append(figs.table(bars.drop(columns=["n_devices"]),
+        parts.append(figs.table(bars,
                                 "Bars of issue 8 (measured in the same run)."))
     cov = _collect(files, "coverage")
     if not cov.empty:
-        na = cov[cov["status"] != "measured"].drop(columns=["n_devices"])
+        na = cov[cov["status"] != "measured"]
         if len(na):
             parts.append(figs.table(na, "What was not measured here, and why."))
     parts.append(f"<p>{esc(_checks_sentence(files))}</p>")
