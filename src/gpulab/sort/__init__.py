@@ -1,0 +1,68 @@
+"""Multi-device sorting (issue 7): baselines, P2P merge sort, HET sort, radix-partition sort.
+
+``run(ctx)`` is the stage: every case of the config (a size sweep and a key type x distribution
+matrix) on every algorithm and device count, timed with a phase breakdown and verified, plus the
+issue's bars. The algorithms live in ``p2p``, ``het`` and ``radix`` and run over an array backend
+(``backend``: numpy for CPU virtual devices, CuPy for CUDA devices).
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from gpulab.stage import StageContext, progress
+
+UNITS = {"n_keys": "keys", "devices": "count", "time_s_median": "s", "time_s_min": "s",
+         "time_s_max": "s", "time_s_mean": "s", "time_s_stdev": "s", "repeats": "count",
+         "keys_per_s": "keys/s", "keys_moved": "keys", "bytes_moved": "B", "bytes_h2d": "B",
+         "bytes_d2h": "B", "share": "1", "pivot": "keys", "len_left": "keys",
+         "len_right": "keys", "round": "count", "histogram_passes": "count", "tie_keys": "keys",
+         "moved_fraction": "1", "measured": "see unit", "reference": "see unit", "ratio": "1",
+         "threshold": "1"}
+
+
+def _units(df: pd.DataFrame) -> dict:
+    return {c: UNITS[c] for c in df.columns if c in UNITS}
+
+
+def _table(result, name: str, rows: list[dict], columns: list[str]) -> None:
+    df = pd.DataFrame(rows, columns=None if rows else columns)
+    result.add_table(name, df, units=_units(df))
+
+
+def run(ctx: StageContext):
+    from gpulab.sort.bench import Bench, cases
+
+    cfg = ctx.config
+    devices = ctx.devices()
+    kind = devices[0].kind
+    bench = Bench(cfg, kind, len(devices), devices[0].name)
+    try:
+        for i, case in enumerate(progress(cases(cfg), "sort cases")):
+            bench.run_case(case, int(cfg["seed"]) + i)
+        bars = [bench.single_device_bar(int(cfg["seed"]) + 1000), bench.pivot_bar()]
+    finally:
+        bench.close()
+    verified = all(r["verified"] for r in bench.rows)
+    result = ctx.new_result(kind, device_name=devices[0].name, devices_available=len(devices),
+                            device_counts=bench.counts, all_verified=verified,
+                            failures=len(bench.failures),
+                            conventions="time: host-to-host runs include H2D and D2H (wall clock, "
+                                        "all devices synchronised at phase boundaries); device "
+                                        "runs time the sort of device-resident keys (CUDA events). "
+                                        "keys_moved: keys that crossed the GPU-GPU interconnect, "
+                                        "each direction counted; bytes = keys x key size.")
+    from gpulab.sort.bench import KEYS
+
+    _table(result, "runs", bench.rows, KEYS)
+    _table(result, "phases", bench.phase_rows, KEYS + ["phase"])
+    _table(result, "merge_steps", bench.steps, ["round", "pivot", "keys_moved"])
+    _table(result, "radix_balance", bench.balance, ["histogram_passes", "tie_keys"])
+    _table(result, "skipped", bench.skipped, ["what", "reason"])
+    _table(result, "failures", bench.failures, ["what", "error", "traceback"])
+    _table(result, "bars", bars, ["bar", "measured", "reference", "ratio", "threshold", "passed",
+                                  "unit", "note"])
+    if kind == "cuda" and bench.counts:
+        peer = bench.backends[max(bench.counts)].peer
+        result.add_matrix("peer_access", peer.astype(int), "1", rows=range(len(peer)),
+                          cols=range(len(peer)), api="cudaDeviceCanAccessPeer")
+    return result

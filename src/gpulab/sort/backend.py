@@ -1,0 +1,214 @@
+"""Array backends: the sorting algorithms are written once against this interface.
+
+``NumpyBackend`` drives CPU virtual devices (every device's memory is its own numpy array, so a
+"peer copy" is a real memory copy); ``CupyBackend`` drives CUDA devices with CuPy arrays and
+peer-to-peer copies (``cudaMemcpyPeerAsync``). Array math inside the algorithms goes through
+``backend.xp`` (numpy or cupy), always under ``with backend.on(d)``, so the same code runs on both.
+"""
+from __future__ import annotations
+
+import contextlib
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from gpulab import timing
+
+
+class NumpyBackend:
+    """CPU virtual devices: device ``d`` is a label; its arrays are ordinary numpy arrays."""
+
+    name = "numpy"
+
+    def __init__(self, n_devices: int):
+        if n_devices < 1:
+            raise ValueError(f"a backend needs at least one device, got {n_devices}")
+        self.n = n_devices
+        self.xp = np
+        # One thread per device: numpy releases the GIL in sort/searchsorted, so virtual devices
+        # really work concurrently (and on CUDA, one host thread per device keeps all GPUs busy).
+        self._pool = ThreadPoolExecutor(max_workers=n_devices) if n_devices > 1 else None
+
+    # -- placement -------------------------------------------------------------------------
+    def on(self, d: int):
+        return contextlib.nullcontext()
+
+    def run(self, fn: Callable[[int], Any], devices: Sequence[int] | None = None) -> list:
+        """``fn(d)`` under ``on(d)`` for every device d (default all), concurrently; in order."""
+        devices = list(range(self.n)) if devices is None else list(devices)
+
+        def call(d):
+            with self.on(d):
+                return fn(d)
+
+        if self._pool is None or len(devices) <= 1:
+            return [call(d) for d in devices]
+        return list(self._pool.map(call, devices))
+
+    def sync(self) -> None:
+        """Wait for all queued work on every device (nothing is asynchronous on CPU)."""
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+
+    # -- memory ----------------------------------------------------------------------------
+    def empty(self, d: int, n: int, dtype) -> Any:
+        return np.empty(n, dtype=dtype)
+
+    def pinned_copy(self, host: np.ndarray) -> np.ndarray:
+        """Host staging copy the transfers read from (pinned on CUDA); no copy needed on CPU."""
+        return host
+
+    def host_empty(self, n: int, dtype) -> np.ndarray:
+        return np.empty(n, dtype=dtype)
+
+    def to_device(self, d: int, host: np.ndarray) -> Any:
+        return np.array(host, copy=True)
+
+    def to_host(self, d: int, arr: Any, out: np.ndarray) -> None:
+        np.copyto(out, arr)
+
+    def copy_into(self, dst_d: int, dst, dst_off: int, src_d: int, src, start: int, stop: int):
+        """dst[dst_off : dst_off + (stop-start)] = src[start:stop] (peer copy when src_d != dst_d)."""
+        dst[dst_off:dst_off + stop - start] = src[start:stop]
+
+    def item(self, d: int, arr, i: int):
+        return arr[i]
+
+    def asnumpy(self, arr) -> np.ndarray:
+        return np.asarray(arr)
+
+    # -- compute ---------------------------------------------------------------------------
+    def sort(self, d: int, arr):
+        return np.sort(arr)
+
+    def argsort_small(self, d: int, arr):
+        """Permutation grouping small integer labels (stable radix sort on uint8 in numpy)."""
+        return np.argsort(arr, kind="stable")
+
+    def time_device(self, fn: Callable[[], object], d: int, warmup: int, repeats: int):
+        return timing.measure(fn, warmup=warmup, repeats=repeats)
+
+    def free(self) -> None:
+        """Give cached device memory back (between large cases)."""
+
+
+class CupyBackend(NumpyBackend):
+    """CUDA devices 0..n-1 of this process, driven with CuPy."""
+
+    name = "cupy"
+
+    def __init__(self, n_devices: int):
+        import cupy as cp
+
+        super().__init__(n_devices)
+        if cp.cuda.runtime.getDeviceCount() < n_devices:
+            raise RuntimeError(f"{n_devices} CUDA devices requested, "
+                               f"{cp.cuda.runtime.getDeviceCount()} visible")
+        self.cp = cp
+        self.xp = cp
+        self.peer = np.zeros((n_devices, n_devices), dtype=bool)
+        for i in range(n_devices):
+            for j in range(n_devices):
+                if i != j and cp.cuda.runtime.deviceCanAccessPeer(i, j):
+                    with cp.cuda.Device(i):
+                        try:
+                            cp.cuda.runtime.deviceEnablePeerAccess(j)
+                        except cp.cuda.runtime.CUDARuntimeError:
+                            pass  # already enabled in this process
+                    self.peer[i, j] = True
+
+    def on(self, d: int):
+        return self.cp.cuda.Device(d)
+
+    def sync(self) -> None:
+        for d in range(self.n):
+            self.cp.cuda.Device(d).synchronize()
+
+    def empty(self, d: int, n: int, dtype):
+        with self.on(d):
+            return self.cp.empty(n, dtype=dtype)
+
+    def pinned_copy(self, host: np.ndarray) -> np.ndarray:
+        out = self.host_empty(host.size, host.dtype)
+        np.copyto(out, host)
+        return out
+
+    def host_empty(self, n: int, dtype) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        mem = self.cp.cuda.alloc_pinned_memory(max(1, n * dtype.itemsize))
+        return np.frombuffer(mem, dtype=dtype, count=n)
+
+    def to_device(self, d: int, host: np.ndarray):
+        with self.on(d):
+            a = self.cp.empty(host.size, dtype=host.dtype)
+            a.set(host)
+            return a
+
+    def to_host(self, d: int, arr, out: np.ndarray) -> None:
+        with self.on(d):
+            arr.get(out=out)
+
+    def copy_into(self, dst_d: int, dst, dst_off: int, src_d: int, src, start: int, stop: int):
+        n = stop - start
+        if n <= 0:
+            return
+        size = src.dtype.itemsize
+        with self.on(dst_d):
+            stream = self.cp.cuda.get_current_stream().ptr
+            dst_ptr = dst.data.ptr + dst_off * size
+            src_ptr = src.data.ptr + start * size
+            if src_d == dst_d:
+                self.cp.cuda.runtime.memcpyAsync(dst_ptr, src_ptr, n * size,
+                                                 self.cp.cuda.runtime.memcpyDeviceToDevice, stream)
+            else:
+                self.cp.cuda.runtime.memcpyPeerAsync(dst_ptr, dst_d, src_ptr, src_d, n * size,
+                                                     stream)
+
+    def item(self, d: int, arr, i: int):
+        with self.on(d):
+            return arr[i].get()[()]
+
+    def asnumpy(self, arr) -> np.ndarray:
+        return self.cp.asnumpy(arr)
+
+    def sort(self, d: int, arr):
+        with self.on(d):
+            return self.cp.sort(arr)  # CUB radix sort, keys only
+
+    def argsort_small(self, d: int, arr):
+        with self.on(d):
+            return self.cp.argsort(arr)  # radix sort over the 8 bits of a uint8 label
+
+    def time_device(self, fn, d: int, warmup: int, repeats: int):
+        """CUDA events on device d's current stream around fn (which must queue its work there)."""
+        cp = self.cp
+        with self.on(d):
+            for _ in range(warmup):
+                fn()
+            cp.cuda.Device(d).synchronize()
+            samples = []
+            for _ in range(repeats):
+                start, end = cp.cuda.Event(), cp.cuda.Event()
+                start.record()
+                fn()
+                end.record()
+                end.synchronize()
+                samples.append(cp.cuda.get_elapsed_time(start, end) / 1e3)
+        return timing.summarize(samples)
+
+    def free(self) -> None:
+        self.sync()
+        self.cp.get_default_memory_pool().free_all_blocks()
+        self.cp.get_default_pinned_memory_pool().free_all_blocks()
+
+
+def make_backend(kind: str, n_devices: int) -> NumpyBackend:
+    """The backend for a device kind ('cuda' or 'cpu') with n devices."""
+    if kind == "cuda":
+        return CupyBackend(n_devices)
+    if kind == "cpu":
+        return NumpyBackend(n_devices)
+    raise ValueError(f"unknown device kind {kind!r} (expected 'cuda' or 'cpu')")
