@@ -1,0 +1,88 @@
+"""Single-device divide benchmark: every variant and size against a same-size copy (the roofline).
+
+Bytes are counted as read + written (2 x image bytes) for the kernels and for the copy alike, so
+``fraction_of_copy`` is the share of the device's measured copy bandwidth the kernel reaches.
+"""
+from __future__ import annotations
+
+import logging
+import math
+
+import numpy as np
+import pandas as pd
+
+from gpulab import timing
+from gpulab.devices import Device
+from gpulab.kernels import divide
+
+log = logging.getLogger("gpulab.kernels")
+
+
+def inner_calls(size: int, batch_bytes: int) -> int:
+    """Calls per timed sample: enough that a sample moves ``batch_bytes`` (launch cost amortised)."""
+    return max(1, min(1000, math.ceil(batch_bytes / size)))
+
+
+def _timed(fn, inner: int, device: Device, warmup: int, repeats: int) -> timing.Stats:
+    def batch():
+        for _ in range(inner):
+            fn()
+
+    st = timing.measure(batch, warmup=warmup, repeats=repeats,
+                        device=device.torch_device if device.kind == "cuda" else None)
+    return timing.summarize([s / inner for s in st.samples])
+
+
+def _row(variant, size, width, st: timing.Stats, inner, verified, copy_gbps=None) -> dict:
+    moved = 2 * size  # read + write
+    gbps = moved / st.median / 1e9
+    return {"variant": variant, "size_bytes": size, "bytes_per_thread": width,
+            **st.as_dict("time_s"), "gbps": gbps, "gbps_min": moved / st.max / 1e9,
+            "gbps_max": moved / st.min / 1e9,
+            "fraction_of_copy": gbps / copy_gbps if copy_gbps else 1.0,
+            "calls_per_sample": inner, "verified": bool(verified)}
+
+
+def run_divide(device: Device, cfg: dict) -> pd.DataFrame:
+    """One row per (variant, size), plus the ``copy`` rows: the same-size torch copy."""
+    import torch
+
+    div = divide.check_divisor(cfg["divisor"])
+    runnable, _ = divide.variants_for(device.kind, cfg["variants"])
+    rows = []
+    for size in cfg["sizes_bytes"]:
+        img = divide.make_image(size, seed=size)
+        ref = divide.reference(img, div)
+        # Start every output at 255 - ref: differs from the answer in every byte, never zeros.
+        wrong = (np.uint8(255) - ref)
+        inp = torch.from_numpy(img).to(device.torch_device)
+        inner = inner_calls(size, cfg["batch_bytes"])
+        dst = torch.from_numpy(wrong).to(device.torch_device)
+        st = _timed(lambda: dst.copy_(inp), inner, device, cfg["warmup"], cfg["repeats"])
+        copy_ok = np.array_equal(dst.cpu().numpy(), img)
+        copy_row = _row("copy", size, 1, st, inner, copy_ok)
+        rows.append(copy_row)
+        del dst
+        for v in runnable:
+            if v == "numpy":
+                out = wrong.copy()
+                fn = divide.divider(v, out, img, div)
+            else:
+                out = torch.from_numpy(wrong).to(device.torch_device)
+                fn = divide.divider(v, out, inp, div, cfg["block"])
+            st = _timed(fn, inner, device, cfg["warmup"], cfg["repeats"])
+            got = out if isinstance(out, np.ndarray) else out.cpu().numpy()
+            ok = np.array_equal(got, ref)
+            rows.append(_row(v, size, divide.WIDTH.get(v, 0), st, inner, ok, copy_row["gbps"]))
+            log.info("divide %-6s %12d B: %8.1f GB/s (%.0f%% of copy)%s", v, size, rows[-1]["gbps"],
+                     100 * rows[-1]["fraction_of_copy"], "" if ok else "  VERIFICATION FAILED")
+            del out
+        del inp
+    return pd.DataFrame(rows)
+
+
+DIVIDE_UNITS = {"size_bytes": "B", "bytes_per_thread": "B", "time_s_median": "s",
+                "time_s_min": "s", "time_s_max": "s", "time_s_mean": "s", "time_s_stdev": "s",
+                "gbps": "GB/s (read+write)", "gbps_min": "GB/s (read+write)",
+                "gbps_max": "GB/s (read+write)", "fraction_of_copy": "1", "repeats": "count",
+                "calls_per_sample": "count"}

@@ -1,0 +1,140 @@
+"""Independent kernel jobs spread over GPUs by Snakemake and ``gpulab-slot``.
+
+Each job (``resources: gpu=1``) runs the divide kernel on the one GPU its slot gave it for at least
+``jobs.seconds`` and records the ids it held (``CUDA_VISIBLE_DEVICES``/``GPULAB_DEVICE_IDS``) and
+its wall-clock start and end. The aggregation reads all jobs and shows from those records whether
+the jobs were spread over the devices and ran at the same time. On a host without GPUs the jobs get
+no ids (recorded as such) and run the CPU kernel; their concurrency is then bounded by ``--cores``.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from gpulab import results, slots, timing
+from gpulab.kernels import divide
+
+JOB_UNITS = {"launch_unix": "s (Unix time)", "start_unix": "s (Unix time)",
+             "end_unix": "s (Unix time)", "duration_s": "s", "calls": "count",
+             "gbps": "GB/s (read+write)", "bytes": "B"}
+
+
+def run_job(ctx, index: int) -> results.Result:
+    """One independent job: the kernel on this job's single device for ``jobs.seconds``."""
+    import psutil
+    import torch
+
+    cfg, jc = ctx.config, ctx.config["jobs"]
+    launch = psutil.Process().create_time()  # the job's interpreter started (imports follow)
+    start = time.time()
+    device = ctx.devices(limit=1)[0]
+    divide.one_thread_per_cpu_device(device.kind)
+    variant = divide.kernel_for(device.kind, cfg["kernel"])
+    n = int(jc["bytes"])
+    img = divide.make_image(n, seed=1000 + index)
+    ref = divide.reference(img, cfg["divisor"])
+    inp = torch.from_numpy(img).to(device.torch_device)
+    out = torch.from_numpy(np.uint8(255) - ref).to(device.torch_device)
+    fn = divide.divider(variant, out, inp, cfg["divisor"], cfg["block"])
+    tdev = device.torch_device if device.kind == "cuda" else None
+    samples: list[float] = []
+    t_kernel = time.time()
+    # Keep the device busy long enough that overlapping jobs are visible in their intervals.
+    while not samples or time.time() - t_kernel < float(jc["seconds"]):
+        samples += timing.measure(fn, warmup=1, repeats=cfg["repeats"], device=tdev).samples
+    verified = bool(np.array_equal(out.cpu().numpy(), ref))
+    end = time.time()
+    st = timing.summarize(samples)
+    ids = os.environ.get(slots.IDS_ENV, "")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    row = {"job": index, "device_ids": ids, "cuda_visible_devices": visible or "",
+           "device": device.label, "device_name": device.name, "kernel": variant, "bytes": n,
+           "launch_unix": launch, "start_unix": start, "end_unix": end,
+           "duration_s": end - start, "calls": len(samples),
+           "gbps": 2 * n / st.median / 1e9, "verified": verified, "pid": os.getpid()}
+    r = ctx.new_result(device.kind, job_index=index, cuda_visible_devices=str(visible),
+                       host_gpu_pool=slots.pool_ids(), start_unix=start, end_unix=end,
+                       verified=verified,
+                       note="" if ids else "no GPU ids: this job ran on a CPU host (CPU kernel)")
+    r.add_table("job", pd.DataFrame([row]), units=JOB_UNITS)
+    return r
+
+
+def max_concurrency(starts, ends) -> int:
+    """Most intervals open at once (an end at the same instant as a start does not overlap)."""
+    events = sorted([(e, -1) for e in ends] + [(s, 1) for s in starts])
+    level = best = 0
+    for _, step in events:
+        level += step
+        best = max(best, level)
+    return best
+
+
+def aggregate(ctx, paths: list[Path]) -> results.Result:
+    """The ``jobs`` result: every job's record, the spread over devices and the concurrency."""
+    if not paths:
+        raise ValueError("kernels jobs aggregation: no job results given (--jobs is empty)")
+    frames, pools, kinds = [], [], set()
+    for p in paths:
+        a = results.read_attrs(p)
+        frames.append(results.read_table(p, "job"))
+        pools.append(a.get("host_gpu_pool") or [])
+        kinds.add(a["device_kind"])
+    jobs = pd.concat(frames, ignore_index=True).sort_values("job").reset_index(drop=True)
+    t0 = jobs["start_unix"].min()
+    jobs["launch_s"] = jobs["launch_unix"] - t0
+    jobs["start_s"] = jobs["start_unix"] - t0
+    jobs["end_s"] = jobs["end_unix"] - t0
+    k = len(jobs)
+    pool = max(pools, key=len)
+    with_ids = jobs[jobs["device_ids"] != ""]
+    used = sorted(set(",".join(with_ids["device_ids"]).split(","))) if len(with_ids) else []
+    conc = max_concurrency(jobs["start_unix"], jobs["end_unix"])
+    busy = float(jobs["duration_s"].sum())
+    makespan = float(jobs["end_unix"].max() - t0)
+    per_device = (jobs.assign(ids=jobs["device_ids"].replace("", "none (CPU host)"))
+                  .groupby("ids").agg(jobs=("job", "count"), busy_s=("duration_s", "sum"))
+                  .reset_index().rename(columns={"ids": "device_ids"}))
+    summary = pd.DataFrame([{
+        "jobs": k, "host_gpus": len(pool), "devices_used": len(used),
+        "max_concurrency": conc, "makespan_s": makespan, "busy_s": busy,
+        "mean_concurrency": busy / makespan if makespan > 0 else float("nan"),
+        "all_verified": bool(jobs["verified"].all()),
+    }])
+    kind = "cuda" if "cuda" in kinds else "cpu"
+    r = ctx.new_result(kind, jobs=k, host_gpu_pool=pool, devices_used=used)
+    r.add_table("jobs", jobs, units={**JOB_UNITS, "launch_s": "s (from first start)",
+                                     "start_s": "s (from first start)",
+                                     "end_s": "s (from first start)"})
+    r.add_table("per_device", per_device, units={"jobs": "count", "busy_s": "s"})
+    r.add_table("summary", summary, units={"jobs": "count", "host_gpus": "count",
+                                           "devices_used": "count", "max_concurrency": "jobs",
+                                           "makespan_s": "s", "busy_s": "s",
+                                           "mean_concurrency": "jobs (busy / makespan)"})
+    r.add_table("bars", job_bars(k, len(pool), len(used), conc), units={"unit": ""})
+    return r
+
+
+def job_bars(k: int, gpus: int, used: int, conc: int) -> pd.DataFrame:
+    from gpulab.kernels.bars import bar
+
+    want = min(k, gpus)
+    if gpus == 0:
+        note = "CPU host: the jobs got no GPU ids; concurrency is bounded by Snakemake's --cores"
+        return pd.DataFrame([
+            bar("independent jobs spread over GPUs", used, None, None, "devices", note),
+            bar("independent jobs ran concurrently", conc, None, None, "jobs", note),
+        ])
+    rows = [bar("independent jobs spread over GPUs", used, want, 1.0, "devices",
+                f"{k} jobs, {gpus} GPU(s): each should get a GPU of its own while one is free")]
+    if want < 2:
+        rows.append(bar("independent jobs ran concurrently", conc, None, None, "jobs",
+                        "not applicable: needs at least 2 GPUs and 2 jobs"))
+    else:
+        rows.append(bar("independent jobs ran concurrently", conc, want, 1.0, "jobs",
+                        "max jobs running at once vs min(jobs, GPUs)"))
+    return pd.DataFrame(rows)

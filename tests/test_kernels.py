@@ -1,0 +1,263 @@
+"""Kernels stage: launch geometry, exactness on CPU, the split over CPU virtual devices, job records."""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from gpulab import config as cfgmod
+from gpulab import results
+from gpulab.devices import cpu_devices
+from gpulab.kernels import divide, jobs, settings, split
+from gpulab.kernels.streams import CpuStream
+
+
+def covered(n, width, block):
+    """Emulate the kernels' index arithmetic: how often each byte is written."""
+    g = divide.geometry(n, width, block)
+    hits = np.zeros(n, dtype=int)
+    i = np.arange(g.blocks * g.block)
+    main = i[i < g.nvec]
+    for k in range(width):
+        np.add.at(hits, main * width + k, 1)
+    tail = i[i < n - g.nvec * width]
+    np.add.at(hits, g.nvec * width + tail, 1)
+    return g, hits
+
+
+@pytest.mark.parametrize("width", [1, 8, 16])
+@pytest.mark.parametrize("n", [1, 7, 15, 16, 17, 1000, 4096, 4096 + 13])
+def test_geometry_writes_every_byte_exactly_once(width, n):
+    g, hits = covered(n, width, 64)
+    assert (hits == 1).all()
+    assert g.blocks * g.block >= g.threads and (g.blocks - 1) * g.block < g.threads
+
+
+def test_geometry_rejects_bad_shapes():
+    with pytest.raises(ValueError, match=">= 1 byte"):
+        divide.geometry(0, 8, 256)
+    with pytest.raises(ValueError, match="1, 8 or 16"):
+        divide.geometry(10, 4, 256)
+    with pytest.raises(ValueError, match="multiple of 32"):
+        divide.geometry(10, 8, 100)
+
+
+@pytest.mark.parametrize("bad", [0, 256, 2.5, True, "3"])
+def test_divisor_must_be_an_integer_in_range(bad):
+    with pytest.raises(ValueError, match=r"kernels\.divisor"):
+        divide.check_divisor(bad)
+
+
+def test_reference_is_c_unsigned_char_division():
+    img = divide.make_image(4096, seed=3)
+    assert len(np.unique(img)) > 200  # random bytes, not a constant
+    for div in (1, 2, 3, 7, 255):
+        ref = divide.reference(img, div)
+        assert ref.dtype == np.uint8
+        assert [int(x) // div for x in img[:300]] == ref[:300].tolist()
+
+
+@pytest.mark.parametrize("variant", ["numpy", "torch"])
+@pytest.mark.parametrize("n", [1, 17, 65536 + 5])
+def test_cpu_variants_match_numpy_exactly(variant, n):
+    img = divide.make_image(n, seed=n)
+    ref = divide.reference(img, 7)
+    out = np.uint8(255) - ref  # differs from the answer everywhere
+    inp, o = (img, out) if variant == "numpy" else (torch.from_numpy(img), torch.from_numpy(out))
+    divide.divider(variant, o, inp, 7)()
+    assert np.array_equal(np.asarray(o), ref)
+
+
+def test_raw_kernels_refuse_cpu_tensors_and_variants_are_sorted_by_device():
+    t = torch.zeros(16, dtype=torch.uint8)
+    with pytest.raises(ValueError, match="CUDA RawKernel"):
+        divide.divider("vec8", t, t.clone(), 3)
+    assert divide.variants_for("cpu", ["naive", "vec8", "vec16", "numpy", "torch"]) == (
+        ["numpy", "torch"], ["naive", "vec8", "vec16"])
+    assert divide.variants_for("cuda", ["vec16", "numpy", "torch"]) == (["vec16", "torch"], ["numpy"])
+    with pytest.raises(ValueError, match="unknown variant"):
+        divide.variants_for("cpu", ["vec32"])
+
+
+def test_chunks_are_aligned_and_cover_the_image():
+    r = split.chunk_ranges(1000, 3)
+    assert r[0][0] == 0 and r[-1][1] == 1000
+    assert all(a % 16 == 0 for a, _ in r) and all(b == c for (_, b), (c, _) in zip(r, r[1:]))
+    with pytest.raises(ValueError, match="too few"):
+        split.chunk_ranges(40, 4)
+
+
+def test_cpu_stream_runs_in_order_and_waits_on_other_streams():
+    dev = cpu_devices(1)[0]
+    a, b = CpuStream(dev), CpuStream(dev)
+    seen = []
+    gate = a.record()
+    b.wait_event(gate)
+    b.submit(lambda: seen.append("b"))
+    e0 = a.record()
+    a.submit(lambda: seen.append("a1"))
+    a.submit(lambda: seen.append("a2"))
+    e1 = a.record()
+    a.synchronize()
+    b.synchronize()
+    assert seen.index("a1") < seen.index("a2") and "b" in seen
+    assert e0.seconds_until(e1) >= 0
+    a.submit(lambda: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        a.synchronize()
+    a.close()
+    b.close()
+
+
+SMALL = {"divisor": 5, "block": 256, "kernel": "vec16", "warmup": 1, "repeats": 2,
+         "bytes": 1 << 16, "chunks": 4, "streams": 2, "pinned": [True, False]}
+
+
+def test_split_over_cpu_devices_is_verified_and_timed_per_phase():
+    summary, phases = split.run_split(cpu_devices(2), SMALL)
+    # devices {1, 2} x threads {single, per_device} x chunks {1, 4}; no pinned memory on CPU
+    assert len(summary) == 8 and summary["verified"].all() and not summary["pinned"].any()
+    assert (summary["wall_s_median"] > 0).all() and (summary["gbps"] > 0).all()
+    two = phases[phases.devices == 2]
+    assert set(two["device"]) == {"cpu:0", "cpu:1"}
+    assert set(phases["phase"]) == set(split.PHASES)
+    assert (phases["time_s_median"] >= 0).all() and (phases["repeats"] == 2).all()
+
+
+def test_split_detects_a_wrong_kernel(monkeypatch):
+    real = divide.divider
+
+    def off_by_one(variant, out, inp, div, block=256):
+        fn = real(variant, out, inp, div, block)
+
+        def call():
+            fn()
+            np.asarray(out)[0] += 1
+        return call
+
+    monkeypatch.setattr(divide, "divider", off_by_one)
+    mode = split.Mode(2, "per_device", 1, False)
+    img = divide.make_image(4096)
+    ref = divide.reference(img, 5)
+    _, _, ok = split.run_mode(cpu_devices(2), split._host_buffers(img, False), ref, mode, SMALL)
+    assert ok is False
+
+
+def test_max_concurrency_counts_open_intervals():
+    assert jobs.max_concurrency([0, 1, 2], [3, 4, 5]) == 3
+    assert jobs.max_concurrency([0, 1], [1, 2]) == 1  # touching, not overlapping
+    assert jobs.max_concurrency([0, 10], [5, 15]) == 1
+
+
+def test_job_bars():
+    cpu = jobs.job_bars(4, 0, 0, 2)
+    assert (cpu["passed"] == "n/a").all() and cpu["note"].str.contains("CPU host").all()
+    one = jobs.job_bars(4, 1, 1, 1).set_index("bar")
+    assert one.loc["independent jobs spread over GPUs", "passed"] == "True"
+    assert one.loc["independent jobs ran concurrently", "passed"] == "n/a"
+    two = jobs.job_bars(4, 2, 2, 1).set_index("bar")
+    assert two.loc["independent jobs ran concurrently", "passed"] == "False"
+
+
+def test_settings_fill_defaults_and_name_bad_keys():
+    cfg = settings({"jobs": {"count": 2}})
+    assert cfg["divisor"] == 3 and cfg["split"]["chunks"] == 4 and cfg["jobs"]["seconds"] == 1.0
+    assert cfg["jobs"]["count"] == 2 and cfg["variants"]
+    with pytest.raises(cfgmod.ConfigError, match="divisor"):
+        settings({"divisor": 0})
+    with pytest.raises(cfgmod.ConfigError, match="block"):
+        settings({"block": 100})
+
+
+def _stage(tmp_path, variant, cfg, extra=()):
+    from gpulab.kernels import extra_args, run
+    from gpulab.stage import stage_main
+
+    out = tmp_path / f"{variant}.h5"
+    payload = json.dumps({"stage": cfg, "devices": {"backend": "cpu", "cpu_devices": 2}})
+    assert stage_main("kernels", run, argv=["--config-json", payload, "--variant", variant,
+                                            "--out", str(out), *extra], extra_args=extra_args) == 0
+    return out
+
+
+TINY = {"sizes_bytes": [4096, 65536 + 13], "repeats": 2, "warmup": 1, "batch_bytes": 1 << 16,
+        "split": {"bytes": 1 << 16}, "jobs": {"count": 2, "bytes": 4096, "seconds": 0.05}}
+
+
+@pytest.fixture(scope="module")
+def stage_results(tmp_path_factory, monkeypatch_module):
+    tmp = tmp_path_factory.mktemp("kernels")
+    monkeypatch_module.delenv("GPULAB_DEVICE_IDS", raising=False)
+    monkeypatch_module.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch_module.setenv("GPULAB_GPU_POOL", "")
+    main = _stage(tmp, "main", TINY)
+    job_files = [_stage(tmp, f"job{i}", TINY) for i in range(2)]
+    agg = _stage(tmp, "jobs", TINY, ["--jobs", *map(str, job_files)])
+    return main, job_files, agg
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as mp:
+        yield mp
+
+
+def test_main_result_on_cpu(stage_results):
+    main, _, _ = stage_results
+    a = results.read_attrs(main)
+    assert a["device_kind"] == "cpu" and a["all_verified"] is True
+    assert a["variants_not_applicable"] == ["naive", "vec8", "vec16"]
+    div = results.read_table(main, "divide")
+    assert set(div["variant"]) == {"copy", "numpy", "torch"} and div["verified"].all()
+    assert div.attrs["units"]["gbps"].startswith("GB/s")
+    assert set(results.list_contents(main)["tables"]) >= {"divide", "split", "split_phases", "bars"}
+    bars = results.read_table(main, "bars").set_index("bar")
+    assert list(results.read_table(main, "bars").columns) == [
+        "bar", "measured", "reference", "ratio", "threshold", "passed", "unit", "note"]
+    assert bars.loc["vec16 divide vs same-size copy (largest size)", "passed"] == "n/a"
+    assert bars.loc["split over all devices vs one device (speed-up / N)", "measured"] > 0
+
+
+def test_jobs_on_a_cpu_host_record_no_ids(stage_results):
+    _, job_files, agg = stage_results
+    a = results.read_attrs(job_files[0])
+    assert a["device_ids"] == "" and "no GPU ids" in a["note"] and a["host_gpu_pool"] == []
+    j = results.read_table(agg, "jobs")
+    assert list(j["job"]) == [0, 1] and (j["device_ids"] == "").all() and j["verified"].all()
+    assert (j["end_s"] > j["start_s"]).all() and (j["start_s"] >= j["launch_s"]).all()
+    s = results.read_table(agg, "summary").iloc[0]
+    assert s["jobs"] == 2 and s["host_gpus"] == 0 and s["devices_used"] == 0
+    assert s["max_concurrency"] == 1  # run one after the other in this process
+
+
+def test_report_section_renders_cpu_results(stage_results):
+    from gpulab.report.html import Figures
+    from gpulab.report.sections import kernels as section
+
+    main, job_files, agg = stage_results
+    figs = Figures()
+    html = section.render([main, *job_files, agg], figs)
+    assert figs.figure_no == 3 and "data:image/png;base64," in html and "Bars" in html
+    heads = section.headlines([main, agg])
+    assert heads and "GB/s" in heads[0] and "2 independent kernel jobs" in heads[1]
+    assert section.references([main]).empty  # no GPU: nothing to compare with datasheet figures
+    assert "read" in section.METHODS and "vec16" in section.METHODS
+
+
+@pytest.mark.gpu
+def test_raw_kernels_exact_on_gpu():
+    pytest.importorskip("cupy")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    for n in (1, 15, 17, (1 << 20) + 7):
+        img = divide.make_image(n, seed=n)
+        ref = divide.reference(img, 3)
+        inp = torch.from_numpy(img).cuda()
+        for v in ("naive", "vec8", "vec16"):
+            out = torch.from_numpy(np.uint8(255) - ref).cuda()
+            divide.divider(v, out, inp, 3)()
+            torch.cuda.synchronize()
+            assert np.array_equal(out.cpu().numpy(), ref), (v, n)
+    buf = torch.empty(64, dtype=torch.uint8, device="cuda")
+    with pytest.raises(ValueError, match="aligned"):
+        divide.divider("vec16", buf[1:17], buf[32:48], 3)

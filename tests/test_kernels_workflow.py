@@ -1,0 +1,38 @@
+"""Kernels stage through Snakemake: K independent gpu=1 jobs spread over a (fake) pool of 2 GPU ids.
+
+The host has no GPU, so the jobs run the CPU kernel, but Snakemake and gpulab-slot hand out the ids
+exactly as on a GPU host; the aggregation must show both ids used and two jobs running at once.
+"""
+import pytest
+import yaml
+
+from conftest import copy_workflow, snakemake
+from gpulab import results
+
+pytestmark = pytest.mark.e2e
+
+ENV = {"GPULAB_HOST": "khost", "GPULAB_GPU_POOL": "0,1"}
+
+
+@pytest.fixture(scope="module")
+def jobs_run(tmp_path_factory):
+    wf = copy_workflow(tmp_path_factory.mktemp("kernels") / "wf")
+    cfg_path = wf / "config.yaml"
+    cfg = yaml.safe_load(cfg_path.read_text())
+    cfg["kernels"]["jobs"] = {"count": 2, "bytes": 65536, "seconds": 2.0}
+    cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    snakemake(wf, "--cores", "2", "results/kernels/khost/jobs.h5", env=ENV)
+    return wf
+
+
+def test_independent_jobs_spread_over_the_pool_and_overlap(jobs_run):
+    d = jobs_run / "results" / "kernels" / "khost"
+    ids = sorted(results.read_attrs(d / f"job{i}.h5")["device_ids"] for i in range(2))
+    assert ids == ["0", "1"]
+    jobs = results.read_table(d / "jobs.h5", "jobs")
+    assert sorted(jobs["cuda_visible_devices"]) == ["0", "1"] and jobs["verified"].all()
+    s = results.read_table(d / "jobs.h5", "summary").iloc[0]
+    assert s["devices_used"] == 2 and s["host_gpus"] == 2 and s["max_concurrency"] == 2
+    bars = results.read_table(d / "jobs.h5", "bars")
+    assert (bars["passed"] == "True").all(), bars
+    assert (jobs_run / "results/logs/kernels/khost/job0.log").exists()

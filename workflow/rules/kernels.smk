@@ -1,0 +1,59 @@
+# Kernels: the seed's divide kernel and its split over devices (one job holding all the stage's
+# GPUs), then K independent one-GPU kernel jobs that Snakemake and gpulab-slot spread over the GPUs,
+# and an aggregation showing where and when they ran.
+KERNELS_DIR = f"results/kernels/{HOST}"
+KERNELS_JOBS = list(range(config["kernels"]["jobs"]["count"]))
+# One GPU per independent job where the host has GPUs; none (CPU kernel, no ids) where it has not.
+KERNELS_JOB_GPUS = min(1, HOST_GPUS)
+STAGE_RESULTS.extend([f"{KERNELS_DIR}/main.h5", f"{KERNELS_DIR}/jobs.h5"])
+
+
+rule kernels:
+    input:
+        code=stage_code("kernels"),
+    output:
+        h5=f"{KERNELS_DIR}/main.h5",
+    params:
+        cfg=stage_payload("kernels"),
+        variant="main",
+    resources:
+        gpu=gpus_for("kernels"),
+    log:
+        f"results/logs/kernels/{HOST}/main.log",
+    shell:
+        stage_shell("kernels")
+
+
+rule kernels_job:
+    input:
+        code=stage_code("kernels"),
+    output:
+        h5=f"{KERNELS_DIR}/job{{i}}.h5",
+    wildcard_constraints:
+        i=r"\d+",
+    params:
+        cfg=stage_payload("kernels"),
+        variant="job{i}",
+    resources:
+        gpu=KERNELS_JOB_GPUS,
+    log:
+        f"results/logs/kernels/{HOST}/job{{i}}.log",
+    shell:
+        stage_shell("kernels")
+
+
+rule kernels_jobs:
+    input:
+        code=stage_code("kernels"),
+        jobs=expand(f"{KERNELS_DIR}/job{{i}}.h5", i=KERNELS_JOBS),
+    output:
+        h5=f"{KERNELS_DIR}/jobs.h5",
+    params:
+        cfg=stage_payload("kernels"),
+        variant="jobs",
+    resources:
+        gpu=0,
+    log:
+        f"results/logs/kernels/{HOST}/jobs.log",
+    shell:
+        stage_shell("kernels", extra="--jobs {input.jobs}")
