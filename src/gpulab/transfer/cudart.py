@@ -109,6 +109,11 @@ class DeviceKit:
 
             self.src_host = random_bytes(nbytes, seed + 1000 * index)
             r.memcpy(self.src, self.src_host.ctypes.data, nbytes, H2D)
+            # Compile and load both kernels now: loading a module while the spin kernel holds a
+            # stream could wait for it (lazy loading), which would distort the first sample.
+            self.k_spin((1,), (1,), (np.uint64(self.src), np.uint64(0)))
+            self.k_copy((1,), (32,), (np.uint64(self.aux), np.uint64(self.src), np.uint64(0)))
+            r.deviceSynchronize()
 
     def event(self, timing: bool = True):
         with on(self.index):

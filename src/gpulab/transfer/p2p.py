@@ -44,7 +44,8 @@ class P2PBench:
         start, stop = k.event(), k.event()
         self.flag.set(0)
         k.spin(self.flag, s0)
-        start.record(s0)
+        with cr.on(i):
+            start.record(s0)
         for dev, s in others:  # streams joining the sample start with it ...
             with cr.on(dev):
                 s.wait_event(start)
@@ -53,9 +54,12 @@ class P2PBench:
         cpu = time.perf_counter() - t0
         for dev, s in others:  # ... and the sample ends when they are done too
             done = self.kits[dev].event(timing=False)
-            done.record(s)
-            s0.wait_event(done)
-        stop.record(s0)
+            with cr.on(dev):
+                done.record(s)
+            with cr.on(i):
+                s0.wait_event(done)
+        with cr.on(i):
+            stop.record(s0)
         self.flag.set(1)
         stop.synchronize()
         return cupy_elapsed(start, stop), cpu
