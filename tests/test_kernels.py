@@ -261,3 +261,53 @@ def test_raw_kernels_exact_on_gpu():
     buf = torch.empty(64, dtype=torch.uint8, device="cuda")
     with pytest.raises(ValueError, match="aligned"):
         divide.divider("vec16", buf[1:17], buf[32:48], 3)
+
+
+HOST_PRELUDE = """
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __restrict__
+#define __align__(n) alignas(n)
+struct alignas(8) int2 { int x, y; };
+struct alignas(16) int4 { int x, y, z, w; };
+struct Dim { unsigned x; };
+static Dim blockIdx, blockDim, threadIdx;
+"""
+
+
+def test_kernel_source_is_exact_when_run_on_the_host(tmp_path):
+    """The RawKernels' own source, compiled for the host and run thread by thread."""
+    import shutil
+    import subprocess
+
+    from conftest import FIXTURES
+
+    if not shutil.which("g++"):
+        pytest.skip("no g++ to compile the kernel source for the host")
+    harness = (FIXTURES / "kernels" / "host_harness.cpp").read_text()
+    src = tmp_path / "k.cpp"
+    src.write_text(HOST_PRELUDE + divide.KERNEL_SOURCE + harness)
+    subprocess.run(["g++", "-std=c++17", "-O1", "-Wno-unknown-pragmas", "-o", tmp_path / "k", src],
+                   check=True, capture_output=True, text=True)
+    for n, div in ((1, 3), (15, 7), (4096 + 13, 3), (100003, 255), (64, 1)):
+        p = subprocess.run([tmp_path / "k", str(n), str(div), "64"], capture_output=True, text=True)
+        assert p.stdout.split() == ["naive", "0", "vec8", "0", "vec16", "0"], (n, div, p.stdout)
+
+
+def test_vector_kernels_compile_to_single_8_and_16_byte_loads(tmp_path):
+    """nvcc (when present) turns char_vec's int2/int4 casts into one v2/v4 load per thread."""
+    import shutil
+    import subprocess
+
+    if not shutil.which("nvcc"):
+        pytest.skip("no nvcc")
+    cu = tmp_path / "k.cu"
+    cu.write_text(divide.KERNEL_SOURCE)
+    subprocess.run(["nvcc", "-std=c++17", "-arch=sm_90", "--ptx", cu, "-o", tmp_path / "k.ptx"],
+                   check=True, capture_output=True, text=True)
+    ptx = (tmp_path / "k.ptx").read_text()
+    bodies = {name: ptx.split(f".entry {name}(")[1].split(".entry")[0]
+              for name in ("divide_vec8", "divide_vec16")}
+    assert "ld.global.nc.v2.u32" in bodies["divide_vec8"] and "st.global.v2" in bodies["divide_vec8"]
+    assert "ld.global.nc.v4.u32" in bodies["divide_vec16"] and "st.global.v4" in bodies["divide_vec16"]

@@ -212,9 +212,9 @@ def _raw_divider(variant, out, inp, n, div, block):
             raise ValueError(f"{variant} needs {g.width}-byte aligned buffers "
                              f"(address {t.data_ptr():#x})")
     dev = inp.device.index
-    with cp.cuda.Device(dev):
+    with torch.cuda.device(dev), cp.cuda.Device(dev):
         kern = _raw_kernel(variant)
-        a, b = cp.from_dlpack(inp), cp.from_dlpack(out)
+        a, b = cp.from_dlpack(inp), cp.from_dlpack(out)  # zero-copy views of torch's memory
     args = (a, b, np.uint64(n), np.int32(div))
     streams: dict[int, object] = {}
 
@@ -222,8 +222,8 @@ def _raw_divider(variant, out, inp, n, div, block):
         # Launch on torch's current stream so torch's CUDA events and stream ordering cover it.
         ptr = torch.cuda.current_stream(dev).cuda_stream
         s = streams.get(ptr)
-        if s is None:
-            s = streams[ptr] = cp.cuda.ExternalStream(ptr, dev)
+        if s is None:  # 0 is the legacy default stream, which CuPy calls Stream.null
+            s = streams[ptr] = cp.cuda.Stream.null if ptr == 0 else cp.cuda.ExternalStream(ptr, dev)
         with cp.cuda.Device(dev), s:
             kern((g.blocks,), (g.block,), args)
 
