@@ -15,6 +15,7 @@ class Case:
     restore: put the inputs back (untimed, before the check and before every repetition) so in-place
     reductions never accumulate and the check never sees stale output.
     check: number of wrong elements of this rank's output against the exact expected result.
+    output: the tensor ``check`` reads (tests corrupt it to see the check fail).
     """
 
     kind: str  # "library" or "handwritten"
@@ -25,6 +26,7 @@ class Case:
     run: Callable[[], object]
     restore: Callable[[], object]
     check: Callable[[], int]
+    output: object = None
     info: dict = field(default_factory=dict)
 
 

@@ -178,8 +178,8 @@ def make_case(alg: str, size_bytes: int, pats: Patterns, rank: int, n: int, slic
 
         return Case("handwritten", alg, "in-place", sh.bytes, total,
                     lambda: param_server_step(buf, weights, tmp, rank, n, slices), restore,
-                    lambda: compare(weights, w0 - pats.sum_buffer(total)), info)
+                    lambda: compare(weights, w0 - pats.sum_buffer(total)), weights, info)
     fn = ring_allreduce if alg == "ring" else tree_allreduce
     return Case("handwritten", alg, "in-place", sh.bytes, total,
                 lambda: fn(buf, tmp, rank, n, slices), lambda: buf.copy_(orig),
-                lambda: compare(buf, pats.sum_buffer(total)), info)
+                lambda: compare(buf, pats.sum_buffer(total)), buf, info)

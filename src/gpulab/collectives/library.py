@@ -40,12 +40,12 @@ def make_case(op: str, mode: str, size_bytes: int, pats: Patterns, rank: int, n:
         buf = pats.rank_buffer(rank, total)
         orig = buf.clone()
         return Case("library", op, mode, sh.bytes, c, lambda: dist.all_reduce(buf),
-                    lambda: buf.copy_(orig), lambda: compare(buf, pats.sum_buffer(total)))
+                    lambda: buf.copy_(orig), lambda: compare(buf, pats.sum_buffer(total)), buf)
     if op == "broadcast":
         buf = pats.rank_buffer(rank, total)
         orig = buf.clone()
         return Case("library", op, mode, sh.bytes, c, lambda: dist.broadcast(buf, src=0),
-                    lambda: buf.copy_(orig), lambda: compare(buf, pats.rank_buffer(0, total)))
+                    lambda: buf.copy_(orig), lambda: compare(buf, pats.rank_buffer(0, total)), buf)
     if op == "all_gather":
         def expected():
             return torch.cat([pats.rank_buffer(j, c) for j in range(n)])
@@ -54,7 +54,7 @@ def make_case(op: str, mode: str, size_bytes: int, pats: Patterns, rank: int, n:
             inp, out = pats.rank_buffer(rank, c), nan(total)
             return Case("library", op, mode, sh.bytes, c,
                         lambda: dist.all_gather_into_tensor(out, inp),
-                        lambda: out.fill_(math.nan), lambda: compare(out, expected()))
+                        lambda: out.fill_(math.nan), lambda: compare(out, expected()), out)
         buf, part = nan(total), pats.rank_buffer(rank, c)
 
         def restore():
@@ -63,22 +63,22 @@ def make_case(op: str, mode: str, size_bytes: int, pats: Patterns, rank: int, n:
 
         return Case("library", op, mode, sh.bytes, c,
                     lambda: dist.all_gather_into_tensor(buf, buf[mine]), restore,
-                    lambda: compare(buf, expected()))
+                    lambda: compare(buf, expected()), buf)
     if op == "reduce_scatter":
         if mode == "out-of-place":
             inp, out = pats.rank_buffer(rank, total), nan(c)
             return Case("library", op, mode, sh.bytes, c,
                         lambda: dist.reduce_scatter_tensor(out, inp), lambda: out.fill_(math.nan),
-                        lambda: compare(out, pats.sum_buffer(c, start=rank * c)))
+                        lambda: compare(out, pats.sum_buffer(c, start=rank * c)), out)
         buf = pats.rank_buffer(rank, total)
         orig = buf.clone()
         return Case("library", op, mode, sh.bytes, c,
                     lambda: dist.reduce_scatter_tensor(buf[mine], buf), lambda: buf.copy_(orig),
-                    lambda: compare(buf[mine], pats.sum_buffer(c, start=rank * c)))
+                    lambda: compare(buf[mine], pats.sum_buffer(c, start=rank * c)), buf[mine])
     if op == "all_to_all":
         inp, out = pats.rank_buffer(rank, total), nan(total)
         return Case("library", op, mode, sh.bytes, c, lambda: dist.all_to_all_single(out, inp),
                     lambda: out.fill_(math.nan),
                     lambda: compare(out, torch.cat([pats.rank_buffer(j, c, start=rank * c)
-                                                    for j in range(n)])))
+                                                    for j in range(n)])), out)
     raise ValueError(f"unknown collective {op!r}")

@@ -1,0 +1,256 @@
+"""Collectives: library collectives (busbw vs size), NCCL path variants, hand-written all-reduce."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402, F401 - backend set before seaborn
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from gpulab import results  # noqa: E402
+from gpulab.report.html import Figures, esc, note  # noqa: E402
+
+TITLE = "Collective communication"
+
+METHODS = """
+<p>One process per device (torchrun): NCCL on GPUs, gloo on CPU virtual devices. Library
+collectives are the <code>torch.distributed</code> calls (all_reduce, all_gather_into_tensor,
+reduce_scatter_tensor, broadcast from rank 0, all_to_all_single) on float32 data; torch exposes
+all-reduce and broadcast only in place and all-to-all only out of place, all-gather and
+reduce-scatter both ways. Bandwidths follow nccl-tests (doc/PERFORMANCE.md): for a collective of
+size <i>S</i> bytes taking <i>t</i> seconds, <b>algbw = S/t</b> and <b>busbw = algbw &times;
+factor</b>, with factor 2(n&minus;1)/n for all-reduce, (n&minus;1)/n for all-gather, reduce-scatter
+and all-to-all, and 1 for broadcast (n ranks). <i>S</i> is the whole array: the gathered output of
+all-gather, the input of reduce-scatter, one rank's buffer of all-to-all; per-rank counts are
+rounded down to a multiple of n. busbw is what each rank's link carries per direction, so it is
+comparable with a link's one-way bandwidth whatever n is; with n = 1 there is no communication and
+busbw is 0 by definition (the figures then show algbw). GB/s = 10<sup>9</sup> B/s.</p>
+<p>Timing: after one verified call and untimed warm-up, each repetition starts with a barrier and
+times a block of back-to-back calls (CUDA events on the current stream on GPU, the host clock on
+CPU); the time per call is the block time divided by the calls, and a repetition's time is the
+slowest rank's. Tables give the median with min&ndash;max over repetitions. Inputs of in-place
+reductions are restored (untimed) before every repetition.</p>
+<p>Verification: rank r's data are random integers in [&minus;64, 64] repeating with a prime period
+(10<sup>6</sup>+3 elements), so every rank rebuilds every other rank's data and computes the exact
+expected result; float32 sums of such integers are exact, so every output element is compared for
+equality (the <i>wrong</i> column counts mismatches over all ranks, as nccl-tests' #wrong).</p>
+<p>Hand-written all-reduce over point-to-point <code>batch_isend_irecv</code> (each exchange one
+NCCL group, so sends and receives progress together): <b>ring</b> = reduce-scatter then all-gather
+around the ring r&rarr;r+1, each of the n chunks cut into pipeline slices that move on as soon as
+they are reduced (2(n&minus;1) steps); <b>tree</b> = reduce up a binary tree rooted at rank 0, then
+broadcast down, slice by slice (a node forwards slice k while it receives slice k+1);
+<b>param_server</b> = workers push gradients to rank 0 (which also holds one), the server applies
+w &larr; w &minus; &Sigma;g (learning rate 1 keeps integers exact) and every worker pulls w. All
+three leave every rank with the sum, so they use the all-reduce busbw factor and are compared with
+the library's in-place all-reduce at the same sizes. Path variants rerun the library collectives
+with <code>NCCL_ALGO=Ring</code>, <code>NCCL_ALGO=Tree</code> (all-reduce only: NCCL has Tree for
+nothing else) and <code>NCCL_P2P_DISABLE=1</code> (GPU traffic staged through host memory);
+<code>NCCL_NVLS_ENABLE=0</code> in every run.</p>
+"""
+
+
+def _label(a: dict) -> str:
+    n = a.get("world_size", "?")
+    if a.get("device_kind") == "cpu":
+        return f"{a.get('host', '?')} ({n} gloo ranks on CPU)"
+    return f"{a.get('host', '?')} ({n}x {a.get('device_name', 'GPU')})"
+
+
+def _collect(files: list[Path], table: str) -> pd.DataFrame:
+    frames = []
+    for f in files:
+        if table not in results.list_contents(f)["tables"]:
+            continue
+        df = results.read_table(f, table)
+        if df.empty:
+            continue
+        a = results.read_attrs(f)
+        df.insert(0, "host", _label(a))
+        df.insert(1, "variant", a.get("variant", "?"))
+        frames.append(df)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _metric(df: pd.DataFrame) -> tuple[str, str]:
+    """busbw where some run had communication, else algbw (world size 1)."""
+    if (df["world_size"] > 1).any():
+        return "busbw_GBps", "busbw (GB/s)"
+    return "algbw_GBps", "algbw (GB/s; world size 1: busbw = 0)"
+
+
+def _range(df: pd.DataFrame) -> pd.Series:
+    us = df[["time_s_median", "time_s_min", "time_s_max"]] * 1e6
+    return (us["time_s_median"].map("{:.4g}".format) + " (" + us["time_s_min"].map("{:.4g}".format)
+            + "-" + us["time_s_max"].map("{:.4g}".format) + ")")
+
+
+def _library_figure(lib: pd.DataFrame, host: str, figs: Figures) -> str:
+    col, ylab = _metric(lib)
+    d = lib.assign(path=lib["variant"] + ", " + lib["mode"])
+    d = d[d[col] > 0]
+    if d.empty:
+        return ""
+    g = sns.relplot(data=d, kind="line", x="bytes", y=col, hue="path", col="op", col_wrap=3,
+                    marker="o", height=2.8, aspect=1.2, facet_kws={"sharey": False})
+    g.set(xscale="log", yscale="log")
+    g.set_titles(col_template="{col_name}")
+    g.set_axis_labels("size S (bytes)", ylab)
+    return figs.figure(g.figure, f"Library collectives on {host}: {ylab} against size S "
+                                 "(nccl-tests conventions: algbw = S/t, busbw = algbw x factor; "
+                                 "median over repetitions of the slowest rank's per-call time), "
+                                 "per path variant and in-place / out-of-place mode.")
+
+
+def _algorithms_figure(algs: pd.DataFrame, figs: Figures) -> str:
+    col, ylab = _metric(algs)
+    d = algs[algs[col] > 0]
+    if d.empty:
+        return ""
+    g = sns.relplot(data=d, kind="line", x="bytes", y=col, hue="algorithm", col="host",
+                    marker="o", height=3.2, aspect=1.3, facet_kws={"sharey": False})
+    g.set(xscale="log", yscale="log")
+    g.set_axis_labels("size S (bytes)", ylab)
+    return figs.figure(g.figure, f"All-reduce algorithms: {ylab} against size; 'library' is the "
+                                 "library's in-place all-reduce, ring / tree / param_server are "
+                                 "written by hand over send/recv (all-reduce busbw factor "
+                                 "2(n-1)/n for all).")
+
+
+def render(files: list[Path], figs: Figures) -> str:
+    lib = _collect(files, "library")
+    parts = []
+    variants = _collect(files, "variants")
+    na = variants[variants["status"].str.startswith("not applicable")] if not variants.empty \
+        else variants
+    if not lib.empty:
+        for host, d in lib.groupby("host", sort=False):
+            parts.append(_library_figure(d, host, figs))
+        top = lib[lib["bytes"] == lib.groupby(["host", "op"])["bytes"].transform("max")]
+        t = top[["host", "variant", "op", "mode", "bytes", "world_size"]].assign(**{
+            "time us median (min-max)": _range(top), "algbw GB/s": top["algbw_GBps"],
+            "busbw GB/s": top["busbw_GBps"], "wrong": top["wrong"]})
+        parts.append(figs.table(t, "Library collectives at the largest size of each: per-call "
+                                   "time (slowest rank), algbw and busbw (GB/s = 1e9 B/s), "
+                                   "wrong elements over all ranks. Every size is in the HDF5 "
+                                   "result (table 'library')."))
+    algs = _collect(files, "allreduce_algorithms")
+    if not algs.empty:
+        parts.append(_algorithms_figure(algs, figs))
+        top = algs[algs["bytes"] == algs.groupby("host")["bytes"].transform("max")]
+        t = top[["host", "algorithm", "bytes", "world_size"]].assign(**{
+            "time us median (min-max)": _range(top), "algbw GB/s": top["algbw_GBps"],
+            "busbw GB/s": top["busbw_GBps"], "wrong": top["wrong"]})
+        if "slices" in top:
+            t["pipeline slices"] = top["slices"]
+        parts.append(figs.table(t, "All-reduce algorithms at the largest size: library vs "
+                                   "hand-written (in place, same sizes, same data)."))
+    bars = _collect(files, "bars")
+    if not bars.empty:
+        parts.append(figs.table(bars.drop(columns=["variant"]),
+                                "Bars of issue 6, measured in the same run (defined with more "
+                                "than one GPU; otherwise recorded as not applicable)."))
+    if not na.empty:
+        parts.append(figs.table(na[["host", "variant", "env", "status"]],
+                                "Path variants not run on this host, and why."))
+    cov = _collect(files, "coverage")
+    if not cov.empty:
+        missing = cov[cov["status"] != "measured"]
+        missing = missing[~missing["status"].str.startswith("not applicable")]
+        if len(missing):
+            parts.append(figs.table(missing.drop_duplicates(["host", "op", "mode", "status"])
+                                    [["host", "op", "mode", "status"]],
+                                    "Collective modes not measured, and why."))
+    if not parts:
+        return "<p>No collectives results.</p>"
+    parts.append(_checks(files))
+    return "\n".join(p for p in parts if p)
+
+
+def _checks(files: list[Path]) -> str:
+    cases = wrong = 0
+    for table in ("library", "allreduce_algorithms"):
+        df = _collect(files, table)
+        if df.empty:
+            continue
+        if table == "allreduce_algorithms":
+            df = df[df["algorithm"] != "library"]  # already counted in 'library'
+        cases += len(df)
+        wrong += int((df["wrong"] > 0).sum())
+    text = (f"Verification: {cases - wrong} of {cases} collective results exact on every rank.")
+    return note(text) if wrong else f"<p>{esc(text)}</p>"
+
+
+def _at_largest(df: pd.DataFrame, **match) -> pd.Series | None:
+    for k, v in match.items():
+        df = df[df[k] == v]
+    if df.empty:
+        return None
+    return df.loc[df["bytes"].idxmax()]
+
+
+def headlines(files: list[Path]) -> list[str]:
+    out = []
+    lib = _collect(files, "library")
+    if not lib.empty:
+        lib = lib[lib["variant"] == "default"]
+        for host in lib["host"].unique():
+            r = _at_largest(lib[lib["host"] == host], op="all_reduce", mode="in-place")
+            if r is None:
+                continue
+            if r["world_size"] > 1:
+                out.append(f"Library all-reduce: {r['busbw_GBps']:.4g} GB/s busbw at "
+                           f"{r['bytes'] / 2**20:.4g} MiB on {host}.")
+            else:
+                out.append(f"Library all-reduce on {host}: world size 1 (no communication), "
+                           f"algbw {r['algbw_GBps']:.4g} GB/s at {r['bytes'] / 2**20:.4g} MiB.")
+    algs = _collect(files, "allreduce_algorithms")
+    if not algs.empty:
+        for host in algs["host"].unique():
+            ring = _at_largest(algs[algs["host"] == host], algorithm="ring")
+            ref = _at_largest(algs[algs["host"] == host], algorithm="library")
+            if ring is not None and ref is not None and ref["world_size"] > 1 \
+                    and ref["busbw_GBps"] > 0:
+                out.append(f"Hand-written ring all-reduce: {ring['busbw_GBps']:.4g} GB/s busbw, "
+                           f"{100 * ring['busbw_GBps'] / ref['busbw_GBps']:.0f}% of the "
+                           f"library's, on {host}.")
+    return out[:3]
+
+
+# Per-direction NVLink bandwidth of the GPU's datasheet (busbw is a per-direction bus figure).
+NVLINK_GBPS = {"H200": 450.0, "H100": 450.0, "A100": 300.0}
+
+
+def references(files: list[Path]) -> pd.DataFrame:
+    rows = []
+    for f in files:
+        a = results.read_attrs(f)
+        if a.get("variant") != "default" or "allreduce_algorithms" not in \
+                results.list_contents(f)["tables"]:
+            continue
+        algs = results.read_table(f, "allreduce_algorithms")
+        lib = _at_largest(algs, algorithm="library")
+        if lib is None or lib["world_size"] < 2:
+            continue
+        where = f"{_label(a)}, {lib['bytes'] / 2**20:.4g} MiB"
+        nccl = a.get("nccl_tests")
+        if isinstance(nccl, dict):
+            rows.append({"metric": f"library all-reduce busbw ({where})",
+                         "measured": lib["busbw_GBps"], "reference": nccl["ip_busbw_GBps"],
+                         "source": "nccl-tests all_reduce_perf, same job"})
+        name = str(a.get("device_name", ""))
+        for key, gbps in NVLINK_GBPS.items():
+            if key in name and a.get("device_kind") == "cuda":
+                rows.append({"metric": f"library all-reduce busbw ({where})",
+                             "measured": lib["busbw_GBps"], "reference": gbps,
+                             "source": f"{key} NVLink datasheet, per direction"})
+        ring = _at_largest(algs, algorithm="ring")
+        if ring is not None:
+            rows.append({"metric": f"hand-written ring all-reduce busbw ({where})",
+                         "measured": ring["busbw_GBps"], "reference": lib["busbw_GBps"],
+                         "source": "library all-reduce, same run"})
+    df = pd.DataFrame(rows, columns=["metric", "measured", "reference", "source"])
+    df["fraction"] = df["measured"] / df["reference"]
+    return df

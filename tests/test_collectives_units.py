@@ -1,0 +1,162 @@
+"""Collectives stage, in one process: formulas, data, checks, topology, assembly, bars, parsing."""
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from gpulab.collectives import assemble, data, formulas, handwritten, library, nccltests
+
+FIX = Path(__file__).parent / "fixtures" / "collectives"
+
+
+def test_bus_factors_are_nccl_tests():
+    n = 4
+    assert formulas.bus_factor("all_reduce", n) == pytest.approx(1.5)
+    for op in ("all_gather", "reduce_scatter", "all_to_all"):
+        assert formulas.bus_factor(op, n) == pytest.approx(0.75)
+    assert formulas.bus_factor("broadcast", n) == 1.0
+    assert formulas.bus_factor("ring", n) == formulas.bus_factor("all_reduce", n)
+    assert formulas.bus_factor("all_reduce", 1) == 0.0
+    with pytest.raises(ValueError, match="unknown collective 'gather'"):
+        formulas.bus_factor("gather", 2)
+
+
+def test_shapes_round_counts_like_nccl_tests():
+    ag = formulas.shape("all_gather", 2**20, 3)
+    assert (ag.count, ag.total, ag.bytes) == (87381, 3 * 87381, 4 * 3 * 87381)
+    assert formulas.shape("all_reduce", 8, 4).count == 2  # buffer length
+    tiny = formulas.shape("reduce_scatter", 8, 4)  # at least one element per rank
+    assert (tiny.count, tiny.bytes) == (1, 16)
+    with pytest.raises(ValueError, match="positive"):
+        formulas.shape("all_reduce", 0, 2)
+
+
+def test_algbw_and_busbw():
+    assert formulas.algbw(10**9, 0.5) == pytest.approx(2.0)
+    assert formulas.busbw("all_reduce", 4, 10**9, 1.0) == pytest.approx(1.5)
+    assert math.isnan(formulas.algbw(10, 0.0))
+
+
+def test_patterns_are_consistent_and_exactly_summable():
+    p = data.Patterns(seed=3, world_size=3, device=torch.device("cpu"))
+    full = p.rank_buffer(1, data.PERIOD + 100)
+    # the repetition is seamless and a window equals the same slice of the whole buffer
+    assert torch.equal(full[data.PERIOD:], full[:100])
+    assert torch.equal(p.rank_buffer(1, 100, start=data.PERIOD - 30), full[data.PERIOD - 30:data.PERIOD + 70])
+    assert not torch.equal(p.rank_buffer(0, 1000), p.rank_buffer(1, 1000))
+    assert p.of(0).abs().max() <= data.LIMIT and p.of(0).dtype == torch.float32
+    s = sum(p.rank_buffer(r, 5000, start=7).double() for r in range(3))
+    assert torch.equal(p.sum_buffer(5000, start=7).double(), s)
+
+
+def test_compare_counts_wrong_elements():
+    a = torch.arange(10.0)
+    b = a.clone()
+    assert data.compare(a, b) == 0
+    b[3] += 1
+    assert data.compare(a, b) == 1
+    assert data.compare(a, a[:5]) == 10
+
+
+def test_topologies_are_trees_rooted_at_zero():
+    for make in (handwritten.binary_tree, handwritten.star):
+        for n in (1, 2, 5, 8):
+            parents = {r: make(r, n)[0] for r in range(n)}
+            assert parents[0] is None
+            for r in range(n):
+                for c in make(r, n)[1]:
+                    assert parents[c] == r
+            assert sum(len(make(r, n)[1]) for r in range(n)) == n - 1
+
+
+def test_num_slices():
+    assert handwritten.num_slices(1000, 400, 8) == 8  # 10 wanted, capped
+    assert handwritten.num_slices(1000, 1000, 8) == 4
+    assert handwritten.num_slices(3, 1, 8) == 3  # never more slices than elements
+    assert handwritten.num_slices(1, 10**9, 8) == 1
+
+
+@pytest.fixture
+def single_rank_group():
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_every_case_runs_and_its_check_catches_corruption(single_rank_group):
+    p = data.Patterns(seed=1, world_size=1, device=torch.device("cpu"))
+    cases = [library.make_case(op, mode, 4004, p, 0, 1) for op in formulas.OPS for mode in library.MODES]
+    cases = [c for c in cases if c is not None]
+    cases += [handwritten.make_case(a, 4004, p, 0, 1, 1000, 8) for a in formulas.HANDWRITTEN]
+    assert len(cases) == 7 + 3
+    for case in cases:
+        case.restore()
+        case.run()
+        assert case.check() == 0, (case.op, case.mode)
+        case.output.view(-1)[-1] += 1  # one wrong element
+        assert case.check() == 1, (case.op, case.mode)
+
+
+def test_unsupported_modes_are_explained():
+    p = data.Patterns(seed=1, world_size=1, device=torch.device("cpu"))
+    for (op, mode), why in library.UNSUPPORTED.items():
+        assert library.make_case(op, mode, 64, p, 0, 1) is None and why
+
+
+def _rank(samples, wrong=0, op="all_reduce"):
+    return {"rows": [{"kind": "library", "op": op, "mode": "in-place", "bytes": 64, "count": 16,
+                      "iters": 1, "wrong": wrong, "samples": samples}]}
+
+
+def test_merge_takes_the_slowest_rank_per_repetition():
+    merged = assemble.merge_ranks([_rank([1.0, 4.0]), _rank([3.0, 2.0], wrong=2)])
+    assert merged[0]["samples"] == [3.0, 4.0] and merged[0]["wrong"] == 2
+    assert merged[0]["world_size"] == 2
+    with pytest.raises(RuntimeError, match="disagree"):
+        assemble.merge_ranks([_rank([1.0]), _rank([1.0], op="broadcast")])
+
+
+def _algs(lib_bw, ring_bw, n=4):
+    rows = []
+    for alg, bw in (("library", lib_bw), ("ring", ring_bw)):
+        rows.append({"algorithm": alg, "bytes": 2**30, "busbw_GBps": bw, "world_size": n})
+        rows.append({"algorithm": alg, "bytes": 1024, "busbw_GBps": 1.0, "world_size": n})
+    import pandas as pd
+
+    return pd.DataFrame(rows)
+
+
+def test_bars_pass_fail_and_not_applicable():
+    b = assemble.bars(_algs(100.0, 80.0), "cuda", 4, 98.0, "nccl-tests in the same job")
+    assert list(b.columns) == assemble.BAR_COLUMNS
+    assert list(b["passed"]) == ["yes", "yes"]
+    assert b["ratio"].iloc[1] == pytest.approx(0.8)
+    b = assemble.bars(_algs(100.0, 60.0), "cuda", 4, 110.0, "")
+    assert list(b["passed"]) == ["no", "no"]
+    b = assemble.bars(_algs(100.0, 80.0), "cuda", 4, None, "not on PATH")
+    assert b["passed"].iloc[0] == "not available" and "not on PATH" in b["note"].iloc[0]
+    b = assemble.bars(_algs(0.0, 0.0, n=1), "cuda", 1, None, "")
+    assert set(b["passed"]) == {"not applicable"} and "world size 1" in b["note"].iloc[0]
+    b = assemble.bars(_algs(1.0, 1.2, n=2), "cpu", 2, None, "")
+    assert set(b["passed"]) == {"not applicable"} and b["measured"].iloc[1] == 1.2
+
+
+def test_parse_nccl_tests_output():
+    row = nccltests.parse((FIX / "all_reduce_perf_8gpu.txt").read_text())[-1]
+    assert row["size_bytes"] == 2**30 and row["count"] == 2**28
+    assert row["ip_busbw_GBps"] == pytest.approx(408.66) and row["oop_time_us"] == pytest.approx(4612.3)
+    assert row["ip_wrong"] == 0
+    old = nccltests.parse((FIX / "all_reduce_perf_old.txt").read_text())
+    assert len(old) == 1 and old[0]["oop_busbw_GBps"] == pytest.approx(79.39)
+    assert math.isnan(old[0]["ip_wrong"])
+    assert nccltests.parse("# only comments\n") == []
+
+
+def test_nccl_tests_binary_lookup(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert nccltests.find() is None
+    with pytest.raises(FileNotFoundError, match="not an executable"):
+        nccltests.find(str(tmp_path / "missing"))
