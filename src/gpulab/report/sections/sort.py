@@ -1,0 +1,229 @@
+"""Multi-device sorting: baselines, P2P merge sort, HET sort, radix-partition sort (issue 7)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from gpulab import results  # noqa: E402
+from gpulab.report.html import Figures, esc  # noqa: E402
+
+TITLE = "Multi-device sorting"
+
+METHODS = """
+<p>Keys are uint32, uint64 or float32, drawn from seven distributions (uniform over the full range,
+floats in [&minus;1,&nbsp;1); normal; zipf with exponent 1.5; sorted; reverse-sorted; all equal;
+16 distinct values). Input starts in host memory (page-locked on CUDA) and the sorted output ends
+there: <b>host-to-host</b> times include H2D and D2H and are wall-clock times with every device
+synchronised at phase boundaries (the phase breakdown: H2D, local sort, pivot search / splitter
+selection, partition, exchange (P2P swap or all-to-all), merge, D2H). Single-device baselines
+sort keys already on the device (<b>device</b> scope, CUDA events): <code>cupy.sort</code> (CUB radix
+sort, keys only), <code>torch.sort</code> (values and int64 indices), and <code>numpy.sort</code>
+on the host. Throughput = keys / median time. Interconnect traffic counts keys that cross from one
+device to another, each direction counted (a P2P swap of k keys moves 2k); bytes = keys &times; key
+size. Medians with min/max over the repetitions after warm-up.</p>
+<p><b>P2P merge sort</b> (Maltenberger et al., SIGMOD 2022): each device sorts its chunk; two
+sorted sequences L and R (each on one or more devices) merge by the leftmost pivot k (a binary
+search over both sequences for the smallest k with L[|L|&minus;k&minus;1] &le; R[k], so the fewest
+keys move), a device-to-device swap of the last k keys of L with the first k of R, and a local
+merge; groups of devices merge bottom-up over a balanced binary tree (2 devices: one step; 4: pairs,
+cross, pairs as in the paper; 8 and other counts recursively), chunk sizes never change.
+<b>HET sort</b>: the devices sort, the CPU merges the sorted runs (multiway merge cut into key
+ranges, one thread each). <b>Radix-partition sort</b> (after RMG sort): the D&minus;1 boundary keys
+are found exactly by a distributed radix select (16-bit histograms summed over devices, refined
+inside the boundary's bucket until all bits are fixed); keys equal to a boundary key are split by
+occurrence, so every device receives exactly its chunk whatever the skew; one all-to-all exchange,
+then a local sort. The same code runs over CPU virtual devices (numpy arrays, one host thread per
+device) and CUDA devices (CuPy, peer copies). Every run is verified: sorted, same multiset as the
+input (count and a wrapping 64-bit sum of a splitmix64 hash of every key), and equal to numpy's
+sort up to the configured size.</p>
+"""
+
+META = ["stage", "variant", "result_id"]
+
+
+def _label(a: dict) -> str:
+    kind = a.get("device_kind")
+    what = "CPU virtual devices" if kind == "cpu" else a.get("device_name", "GPU")
+    return f"{a.get('host', '?')} ({a.get('devices_available', '?')}x {what})"
+
+
+def _collect(files: list[Path], table: str) -> pd.DataFrame:
+    df = results.collect(files, table)
+    if df.empty:
+        return df
+    labels = {str(a.get("result_id")): _label(a) for a in map(results.read_attrs, files)}
+    df["host"] = df["result_id"].astype(str).map(labels)
+    return df.drop(columns=[c for c in META if c in df.columns])
+
+
+def _config(df: pd.DataFrame) -> pd.Series:
+    multi = df["algorithm"].isin(["p2p", "het", "radix"])
+    return df["algorithm"].where(~multi, df["algorithm"] + " x" + df["devices"].astype(str))
+
+
+def _order(configs) -> list[str]:
+    """Baselines first, then each algorithm by device count."""
+    def key(c):
+        name, _, n = c.partition(" x")
+        return (n != "", name, int(n) if n else 0)
+    return sorted(set(configs), key=key)
+
+
+def _sweep_figure(runs: pd.DataFrame, figs: Figures) -> str:
+    d = runs[runs["sweep"] == "size"].copy()
+    if d.empty:
+        return ""
+    d["config"] = _config(d)
+    d["Gkeys/s"] = d["keys_per_s"] / 1e9
+    g = sns.relplot(data=d, x="n_keys", y="Gkeys/s", hue="config", style="scope", col="host",
+                    hue_order=_order(d["config"]),
+                    kind="line", marker="o", height=3.4, aspect=1.4,
+                    facet_kws={"sharey": False})
+    g.set(xscale="log", yscale="log")
+    g.set_axis_labels("keys", "throughput (Gkeys/s)")
+    kt = d["key_type"].iloc[0]
+    return figs.figure(g.figure, f"Sort throughput vs input size ({kt}, uniform keys): keys / "
+                                 "median time. host-to-host includes H2D and D2H; device = keys "
+                                 "already on the device; xN = algorithm on N devices.")
+
+
+def _phase_figure(phases: pd.DataFrame, figs: Figures) -> str:
+    d = phases[phases["sweep"] == "size"]
+    if d.empty:
+        return ""
+    d = d[d["n_keys"] == d.groupby("host")["n_keys"].transform("max")].copy()
+    d["config"] = _config(d)
+    wide = d.pivot_table(index=["host", "config"], columns="phase", values="time_s_median",
+                         aggfunc="sum").fillna(0.0) * 1e3
+    order = [p for p in ("h2d", "local_sort", "pivot_search", "partition", "exchange", "merge",
+                         "d2h") if p in wide.columns]
+    hosts = list(dict.fromkeys(wide.index.get_level_values(0)))
+    fig, axes = plt.subplots(1, len(hosts), figsize=(5.5 * len(hosts), 3.6), squeeze=False)
+    colors = sns.color_palette("tab10", len(order))
+    for ax, h in zip(axes[0], hosts):
+        w = wide.loc[h, order]
+        w.plot(kind="barh", stacked=True, ax=ax, color=colors, legend=ax is axes[0][-1])
+        ax.set_xlabel("time (ms, median per phase)")
+        ax.set_ylabel("")
+        ax.set_title(h, fontsize=9)
+    if len(order):
+        axes[0][-1].legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    n = int(d["n_keys"].max())
+    return figs.figure(fig, f"Phase breakdown of the host-to-host sorts at {n} keys (uniform): "
+                            "median time of each phase in ms (phases separated by device "
+                            "synchronisation).")
+
+
+def _matrix_figure(runs: pd.DataFrame, figs: Figures) -> str:
+    d = runs[(runs["sweep"] == "matrix")].copy()
+    if d.empty:
+        return ""
+    d["config"] = _config(d)
+    d["Mkeys/s"] = d["keys_per_s"] / 1e6
+    g = sns.catplot(data=d, kind="bar", x="distribution", y="Mkeys/s", hue="config",
+                    hue_order=_order(d["config"]),
+                    col="key_type", row="host", height=3.0, aspect=1.5, sharey=False)
+    g.set_xticklabels(rotation=30)
+    g.set_axis_labels("", "throughput (Mkeys/s)")
+    n = int(d["n_keys"].iloc[0])
+    return figs.figure(g.figure, f"Throughput per key type and distribution at {n} keys "
+                                 "(keys / median time; baselines device-resident, algorithms "
+                                 "host-to-host).")
+
+
+def _traffic_table(runs: pd.DataFrame, figs: Figures) -> str:
+    d = runs[(runs["algorithm"].isin(["p2p", "radix"])) & (runs["devices"] > 1)]
+    if d.empty:
+        return ("<p class=\"note\">Interconnect traffic: not applicable (no run on two or more "
+                "devices).</p>")
+    d = d.assign(moved_fraction=d["keys_moved"] / d["n_keys"])
+    t = d.pivot_table(index=["host", "key_type", "distribution", "n_keys"],
+                      columns=["algorithm", "devices"], values="moved_fraction").reset_index()
+    t.columns = [" ".join(str(x) for x in c if str(x)) if isinstance(c, tuple) else c
+                 for c in t.columns]
+    return figs.table(t, "Keys moved across the interconnect as a fraction of all keys (each "
+                         "direction counted): P2P moves only what the leftmost pivots require "
+                         "(0 for sorted input); radix partition moves every key not already on its "
+                         "final device.")
+
+
+def render(files: list[Path], figs: Figures) -> str:
+    runs = _collect(files, "runs")
+    if runs.empty:
+        return "<p>No sort results.</p>"
+    parts = []
+    ok = int(runs["verified"].astype(bool).sum())
+    parts.append(f"<p>{len(runs)} timed configurations; {ok} verified (sorted, same multiset, "
+                 "equal to numpy's sort where small enough)"
+                 + ("" if ok == len(runs) else " &mdash; <b>some outputs FAILED verification</b>")
+                 + ".</p>")
+    bars = _collect(files, "bars")
+    if not bars.empty:
+        parts.append(figs.table(bars, "Issue 7's bars, measured in the same run as their "
+                                      "reference (ratio = measured / reference)."))
+    parts += [_sweep_figure(runs, figs), _phase_figure(_collect(files, "phases"), figs),
+              _matrix_figure(runs, figs), _traffic_table(runs, figs)]
+    bal = _collect(files, "radix_balance")
+    bal = bal[bal["devices"] > 1] if not bal.empty else bal
+    if not bal.empty:
+        parts.append(figs.table(bal, "Radix-partition sort: histogram passes of the splitter "
+                                     "search, keys equal to a boundary key (split by occurrence), "
+                                     "keys moved. Every device received exactly its chunk size."))
+    skipped = _collect(files, "skipped")
+    if not skipped.empty:
+        parts.append(figs.table(skipped, "Not measured, and why."))
+    fails = _collect(files, "failures")
+    if not fails.empty:
+        parts.append(figs.table(fails.drop(columns=["traceback"], errors="ignore"),
+                                "Configurations that raised an error (see the HDF5 result)."))
+    return "\n".join(p for p in parts if p)
+
+
+def _gk(x: float) -> str:
+    return f"{x / 1e9:.2f} Gkeys/s" if x >= 1e8 else f"{x / 1e6:.0f} Mkeys/s"
+
+
+def headlines(files: list[Path]) -> list[str]:
+    out = []
+    for f in files:
+        a = results.read_attrs(f)
+        names = results.list_contents(f)["tables"]
+        if "bars" in names:
+            b = results.read_table(f, "bars")
+            single = b[b["bar"].str.startswith("single-device")]
+            if len(single) and str(single["passed"].iloc[0]) != "n/a":
+                r = single.iloc[0]
+                out.append(f"Single-device sort ({r['bar'].split(' >=')[0].split('of ')[-1]}): "
+                           f"{_gk(r['measured'])}, {r['ratio']:.1%} of cupy.sort "
+                           f"({_gk(r['reference'])}) on {esc(a.get('device_name'))}.")
+        runs = results.read_table(f, "runs")
+        host = runs[(runs["scope"] == "host-to-host") & (runs["sweep"] == "size")]
+        if len(host):
+            top = host[host["n_keys"] == host["n_keys"].max()]
+            best = top.loc[top["keys_per_s"].idxmax()]
+            out.append(f"Best host-to-host sort of {int(best['n_keys'])} {best['key_type']} keys on "
+                       f"{_label(a)}: {best['algorithm']} on {int(best['devices'])} device(s), "
+                       f"{_gk(best['keys_per_s'])}; all {len(runs)} runs verified: "
+                       f"{bool(runs['verified'].all())}.")
+    return out[:3]
+
+
+def references(files: list[Path]) -> pd.DataFrame:
+    rows = []
+    for f in files:
+        if "bars" not in results.list_contents(f)["tables"]:
+            continue
+        b = results.read_table(f, "bars")
+        b = b[b["bar"].str.startswith("single-device") & (b["passed"].astype(str) != "n/a")]
+        for _, r in b.iterrows():
+            rows.append({"metric": "single-device sort throughput (keys/s)",
+                         "measured": r["measured"], "reference": r["reference"],
+                         "source": "cupy.sort (CUB radix), same run"})
+    return pd.DataFrame(rows, columns=["metric", "measured", "reference", "source"])
