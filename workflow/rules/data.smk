@@ -21,3 +21,25 @@ rule data_train:
     shell:
         f"{PY} {SCRIPTS}/data_train.py --config-json {{params.cfg:q}} "
         "--digits {output.digits} --tabular {output.tabular} 2>&1 | tee {log}"
+
+
+# The load benchmark: every dataset in every format, read back by every loader (CPU-only).
+DATA_H5 = f"results/data/{HOST}/main.h5"
+STAGE_RESULTS.append(DATA_H5)
+
+
+rule data:
+    input:
+        code=stage_code("data"),
+    output:
+        h5=DATA_H5,
+        files=directory(f"results/data/{HOST}/files"),
+    params:
+        cfg=stage_payload("data"),
+        variant="main",
+    resources:
+        gpu=0,
+    log:
+        f"results/logs/data/{HOST}-main.log",
+    shell:
+        stage_shell("data", extra="--files-dir {output.files}")

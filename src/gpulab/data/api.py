@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import uuid
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -20,6 +19,7 @@ import torch
 from torch.utils.data import Dataset
 
 from gpulab.data.errors import DataError
+from gpulab.data.formats import atomic_path
 
 # ~1 MiB chunks: big enough for fast sequential reads, small enough that a random sample read
 # does not pull in much more than it needs.
@@ -85,18 +85,11 @@ def write_training_set(path: str | os.PathLike, x: np.ndarray, y: np.ndarray,
     meta.setdefault("num_samples", int(len(y)))
     meta.setdefault("sample_shape", list(x.shape[1:]))
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:6]}")
-    try:
-        with h5py.File(tmp, "w") as f:
-            rows = min(len(x), chunk_rows(x.shape[1:], x.itemsize))
-            f.create_dataset("x", data=x, chunks=(rows, *x.shape[1:]))
-            f.create_dataset("y", data=y, chunks=(min(len(y), chunk_rows((), 8)),))
-            f.attrs["meta"] = json.dumps(meta, sort_keys=True, default=str)
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+        rows = min(len(x), chunk_rows(x.shape[1:], x.itemsize))
+        f.create_dataset("x", data=x, chunks=(rows, *x.shape[1:]))
+        f.create_dataset("y", data=y, chunks=(min(len(y), chunk_rows((), 8)),))
+        f.attrs["meta"] = json.dumps(meta, sort_keys=True, default=str)
     return path
 
 
@@ -116,13 +109,18 @@ def read_training_set(path: str | os.PathLike, x_key: str = "x", y_key: str = "y
         return x, y, json.loads(f.attrs.get("meta", "{}"))
 
 
-def _datasets(f: h5py.File, path, x_key: str, y_key: str):
-    for key in (x_key, y_key):
+def require_datasets(f: h5py.File, path, *keys: str) -> list[h5py.Dataset]:
+    """The named datasets of an open file, or a DataError naming the first missing one."""
+    for key in keys:
         if key not in f:
             raise DataError(path, f"no dataset {key!r} (has: {sorted(f.keys())})", key=key)
         if not isinstance(f[key], h5py.Dataset):
             raise DataError(path, "is a group, not a dataset", key=key)
-    xd, yd = f[x_key], f[y_key]
+    return [f[k] for k in keys]
+
+
+def _datasets(f: h5py.File, path, x_key: str, y_key: str):
+    xd, yd = require_datasets(f, path, x_key, y_key)
     check_xy(path, xd.shape, xd.dtype, yd.shape, yd.dtype, x_key, y_key)
     return xd, yd
 

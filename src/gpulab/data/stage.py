@@ -1,0 +1,118 @@
+"""The data stage job: write every dataset in every format, benchmark every loader, check round trips.
+
+The data files go to ``--files-dir`` (default ``<out folder>/files``), built in a temporary folder
+and moved into place only when everything succeeded: a failed job leaves no partial output.
+CPU-only: loading is host work (host->device copies are measured by the transfer stage).
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import pandas as pd
+
+from gpulab import results
+from gpulab.data import bench, formats, loaders
+from gpulab.data.errors import DataError
+from gpulab.stage import StageContext, progress
+
+log = logging.getLogger("gpulab.data")
+
+CONVENTIONS = ("MB = 10^6 B; file MB/s = file size on disk / median load time; rows/s = samples / "
+               "median load time; load = file -> validated torch tensors (x float32, y int64); "
+               "warm OS page cache (files read right after writing); time to first batch = first "
+               "batch_rows samples as tensors (whole-file loaders: their full load); peak memory = "
+               "rise of the resident high-water mark during one load")
+
+
+def files_dir(ctx: StageContext) -> Path:
+    return Path(ctx.extra.get("files_dir") or ctx.out.parent / "files")
+
+
+@contextlib.contextmanager
+def staging(final: Path):
+    """A fresh temporary folder beside ``final``; it replaces ``final`` only on success."""
+    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def external_inputs(cfg) -> list[tuple[Path, str, formats.Schema]]:
+    """Files named in config ``inputs``: validated up front, so a bad one fails before any work."""
+    out = []
+    for item in cfg.get("inputs", []):
+        path = Path(item["path"])
+        fmt = item.get("format") or loaders.format_of(path)
+        out.append((path, fmt, loaders.infer_schema(path, fmt, item.get("label", "label"))))
+    return out
+
+
+def run(ctx: StageContext) -> results.Result:
+    cfg = ctx.config
+    inputs = external_inputs(cfg)
+    todo = bench.cases(cfg)
+    loads, writes, checks = [], [], []
+    with staging(files_dir(ctx)) as folder:
+        jobs = [(c, f) for c in todo for f in bench.formats_for(c, cfg)]
+        for case, fmt in progress(jobs, "data: write + load"):
+            path, wrow = bench.write_case(case, fmt, folder, cfg)
+            writes.append(wrow)
+            for (f, method) in loaders.LOADERS:
+                if f == fmt:
+                    row, check = bench.load_case(case, case.data.name, case.kind, path, fmt,
+                                                 method, formats.Schema.of(case.data), cfg)
+                    loads.append(row)
+                    checks.append(check)
+        for path, fmt, schema in inputs:
+            for (f, method) in loaders.LOADERS:
+                if f == fmt:
+                    row, check = bench.load_case(None, path.name, "external", path, fmt, method,
+                                                 schema, cfg)
+                    loads.append(row)
+                    checks.append(check)
+        bad = [c for c in checks if not c["passed"]]
+        if bad:  # a loader that returns wrong data is a bug: fail the job, keep nothing
+            raise DataError(folder, "round trip failed: " + "; ".join(
+                f"{c['dataset']} {c['format']}/{c['method']}: {c['detail']}" for c in bad))
+
+    r = ctx.new_result("cpu", conventions=CONVENTIONS, files_dir=str(files_dir(ctx)),
+                       batch_rows=int(cfg.get("batch_rows", 256)), checks_passed=not bad)
+    r.add_table("loads", pd.DataFrame(loads), units=bench.LOAD_UNITS)
+    r.add_table("writes", pd.DataFrame(writes), units=bench.WRITE_UNITS)
+    r.add_table("checks", pd.DataFrame(checks), units={"passed": "bool"})
+    r.add_table("datasets", pd.DataFrame([
+        {"dataset": c.data.name, "kind": c.kind, "rows": c.data.rows,
+         "sample_shape": "x".join(map(str, c.data.sample_shape)),
+         "classes": c.data.meta["num_classes"], "source": c.data.meta.get("source", ""),
+         "tensor_bytes": c.data.nbytes} for c in todo]),
+        units={"rows": "samples", "classes": "count", "tensor_bytes": "B"})
+    log.info("data: %d loads timed, %d round-trip checks passed", len(loads), len(checks))
+    return r
+
+
+def _extra_args(ap) -> None:
+    ap.add_argument("--files-dir", type=Path, default=None,
+                    help="folder for the data files written (default: <out folder>/files)")
+
+
+def main(doc: str | None = None, argv: list[str] | None = None) -> int:
+    """scripts/data.py: bad input ends the job with one clear line (file, line/key, problem)."""
+    import sys
+
+    from gpulab.stage import stage_main
+
+    try:
+        return stage_main("data", run, doc, argv, extra_args=_extra_args)
+    except DataError as exc:
+        log.error("data: %s", exc)
+        print(f"data: error: {exc}", file=sys.stderr)
+        return 1

@@ -1,0 +1,100 @@
+"""The data stage end to end (in-process, tiny config): result tables, files, failure hygiene,
+and the report section."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpulab import results
+from gpulab.data.stage import main
+from gpulab.report.html import Figures
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = {"seed": 3, "digits": False, "tabular_rows": [60, 150], "tabular_features": 4, "image_rows": [9],
+        "image_shape": [1, 4, 4], "classes": 3, "formats": ["csv", "json", "jsonl", "h5", "h5-lzf"],
+        "batch_rows": 32, "repeats": 1, "warmup": 0, "text_max_rows": 100}
+
+
+def run_stage(tmp_path, cfg, name="main"):
+    out = tmp_path / "res" / f"{name}.h5"
+    argv = ["--config-json", json.dumps({"stage": cfg, "devices": {"backend": "cpu"}}),
+            "--out", str(out), "--files-dir", str(tmp_path / "res" / "files")]
+    return main(None, argv), out
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("data-stage")
+    rc, out = run_stage(tmp, TINY)
+    assert rc == 0
+    return out
+
+
+def test_result_tables_and_checks(result):
+    loads = results.read_table(result, "loads")
+    # 150 rows is over text_max_rows: HDF5 only; the others get every format
+    assert set(loads[loads["dataset"] == "tabular-150x4"]["format"]) == {"h5", "h5-lzf"}
+    assert len(loads[loads["dataset"] == "tabular-60x4"]) == 3 + 1 + 1 + 2 + 2
+    assert loads["round_trip_ok"].all()
+    assert (loads["load_s_median"] > 0).all() and (loads["file_bytes"] > 0).all()
+    assert (loads["load_s_min"] <= loads["load_s_median"]).all()
+    assert (loads["peak_mem_bytes"] >= 0).all()
+    stream = loads[loads["streaming"]]
+    assert (stream["first_batch_rows"] <= 32).all()
+    assert loads.attrs["units"]["file_MBps"].startswith("MB/s")
+    checks = results.read_table(result, "checks")
+    assert len(checks) == len(loads) and checks["passed"].all()
+    writes = results.read_table(result, "writes")
+    assert set(writes["format"]) == set(TINY["formats"])
+    files = sorted(p.name for p in (result.parent / "files").iterdir())
+    assert "tabular-60x4.csv" in files and "images-9x1x4x4.lzf.hdf5" in files
+    assert "tabular-150x4.hdf5" in files and "tabular-150x4.csv" not in files
+    a = results.read_attrs(result)
+    assert a["stage"] == "data" and a["device_kind"] == "cpu" and a["checks_passed"]
+
+
+def test_external_input_is_benchmarked(tmp_path, result):
+    src = result.parent / "files" / "tabular-60x4.jsonl"
+    cfg = {**TINY, "digits": False, "image_rows": [], "formats": ["h5"],
+           "inputs": [{"path": str(src)}]}
+    rc, out = run_stage(tmp_path, cfg)
+    assert rc == 0
+    loads = results.read_table(out, "loads")
+    ext = loads[loads["kind"] == "external"]
+    assert list(ext["dataset"]) == ["tabular-60x4.jsonl"] and ext["rows"].iloc[0] == 60
+
+
+def test_bad_input_fails_the_job_and_leaves_nothing(tmp_path, capsys):
+    cfg = {**TINY, "tabular_rows": [20], "image_rows": [], "formats": ["csv"]}
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,label\n1.0,0\n2.0,1,9\n")
+    rc, out = run_stage(tmp_path, {**cfg, "inputs": [{"path": str(bad)}]})
+    assert rc == 1
+    assert "bad.csv, line 3: malformed CSV" in capsys.readouterr().err
+    assert not (tmp_path / "res").exists() or not any((tmp_path / "res").iterdir())
+    bad.write_text("a,label\n1.0,0\n2.0,\n")  # NaN label: found only when loading, after writing
+    rc, out = run_stage(tmp_path, {**cfg, "inputs": [{"path": str(bad)}]})
+    assert rc == 1
+    assert "bad.csv, line 3, key 'label': label is NaN" in capsys.readouterr().err
+    assert not any((tmp_path / "res").iterdir())  # neither the result nor the files nor temporaries
+
+
+def test_report_section_renders_and_has_headlines(result):
+    from gpulab.report.sections import data as section
+
+    figs = Figures()
+    html = section.render([result], figs)
+    assert figs.figure_no == 2 and figs.table_no >= 2 and "round trip" in html.lower()
+    lines = section.headlines([result])
+    assert len(lines) == 1 and "tabular rows" in lines[0] and " M" in lines[0]
+    assert "MB = 10<sup>6</sup>" in section.METHODS and section.TITLE
+
+
+def test_script_help():
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / "data.py"), "--help"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "--files-dir" in p.stdout and "JSON lines" in p.stdout
