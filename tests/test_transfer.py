@@ -19,7 +19,7 @@ from gpulab.report.html import Figures
 from gpulab.transfer import bars, full_config, hostmem, matrices, measure, seedref
 from gpulab.transfer.hybrid import split_bytes
 from gpulab.transfer.isolate import run_isolated
-from gpulab.transfer.malloc import _bins
+from gpulab.transfer.malloc import _bins, bin_times
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = Path(__file__).parent / "fixtures" / "p2pBandwidthLatencyTest_a5000.txt"
@@ -78,6 +78,9 @@ def test_matrices_from_rows_leave_unmeasured_cells_empty():
 
 def test_helpers_for_gpu_parts():
     assert _bins(10) == [(0, 1), (1, 2), (2, 4), (4, 8), (8, 10)]
+    t = bin_times(np.arange(20, dtype=float).reshape(2, 10) * 1e-6, peer_access="without")
+    assert list(t["prior_from"]) == [0, 1, 2, 4, 8] and list(t["samples"]) == [2, 2, 4, 8, 4]
+    assert t["time_us_median"].iloc[0] == pytest.approx(5.0)  # calls 0 and 10 of the two rounds
     n = 1 << 28
     p = split_bytes(n, 8.0)
     assert p % 4096 == 0 and abs(p - n * 8 / 9) <= 4096

@@ -39,11 +39,15 @@ def malloc_cost(device: int, count: int, nbytes: int, warmup: int, rounds: int, 
                     times[rnd - warmup, k] = dt
             for p in ptrs:
                 r.free(p)
+    return bin_times(times, peer_access=peer_access, peers=peers, device=device, alloc_bytes=nbytes)
+
+
+def bin_times(times: np.ndarray, **keys) -> pd.DataFrame:
+    """rounds x count call times (s) -> one row per power-of-two bin of prior allocations (us)."""
     rows = []
-    for a, b in _bins(count):
-        st = timing.summarize(times[:, a:b].ravel())
-        rows.append({"peer_access": peer_access, "peers": peers, "device": device,
-                     "prior_from": a, "prior_to": b - 1, "alloc_bytes": nbytes, "samples": st.n,
+    for a, b in _bins(times.shape[1]):
+        st = timing.summarize(times[:, a:b].ravel().tolist())
+        rows.append({**keys, "prior_from": a, "prior_to": b - 1, "samples": st.n,
                      "time_us_median": st.median * 1e6, "time_us_min": st.min * 1e6,
                      "time_us_max": st.max * 1e6})
     return pd.DataFrame(rows)
