@@ -5,10 +5,17 @@ COLLECTIVES_DIR = f"results/collectives/{HOST}"
 # The NCCL path variants need GPUs: without them only the default job runs, and its result records
 # them as not applicable.
 COLLECTIVES_VARIANTS = config["collectives"]["variants"] if HOST_GPUS else ["default"]
-STAGE_RESULTS.extend(expand(f"{COLLECTIVES_DIR}/{{variant}}.h5", variant=COLLECTIVES_VARIANTS))
+COLLECTIVES_H5 = expand(f"{COLLECTIVES_DIR}/{{variant}}.h5", variant=COLLECTIVES_VARIANTS)
+STAGE_RESULTS.extend(COLLECTIVES_H5)
 
 
+# `snakemake --cores all collectives`: every variant of this host.
 rule collectives:
+    input:
+        COLLECTIVES_H5,
+
+
+rule collectives_variant:
     input:
         code=stage_code("collectives"),
     output:

@@ -76,10 +76,13 @@ def payload_for(cfg: dict, variant: variantmod.Variant, backend: str) -> dict:
     }
 
 
-def nccl_reference(cfg: dict, kind: str, n: int, size: int) -> tuple[float | None, str, dict]:
+def nccl_reference(cfg: dict, kind: str, n: int, size: int,
+                   node: launch.NodeSpec) -> tuple[float | None, str, dict]:
     """busbw of nccl-tests' in-place all-reduce at ``size`` when it can and should be run."""
     if kind != "cuda" or n < 2:
         return None, "", {}
+    if node.nnodes > 1:
+        return None, "nccl-tests reference not run: multi-node jobs need its MPI build", {}
     exe = nccltests.find(cfg.get("nccl_tests_bin"))
     if exe is None:
         return None, "nccl-tests all_reduce_perf not available (not on PATH)", {}
@@ -110,7 +113,12 @@ def run(ctx) -> "results.Result":  # noqa: F821 - gpulab.results.Result
         return result
     payload = payload_for(cfg, variant, "nccl" if kind == "cuda" else "gloo")
     log.info("collectives/%s: %d %s rank(s), env %s", variant.name, n, payload["backend"], env)
-    ranks = launch.run_workers(WORKER, payload, n, env=env, timeout=float(cfg["timeout_s"]))
+    node = launch.NodeSpec.from_config(ctx.devices_config.get("nodes"))
+    ranks = launch.run_workers(WORKER, payload, n, node=node, env=env,
+                               timeout=float(cfg["timeout_s"]))
+    n = int(ranks[0]["world_size"])  # all nodes' ranks in a multi-node job
+    result.attrs.update({"world_size": n, "nnodes": node.nnodes, "node_rank": node.node_rank,
+                         "local_ranks": len(ranks)})
     result.attrs["backend"] = ranks[0]["backend"]
     result.attrs["device_name"] = ranks[0]["device_name"]
     merged = assemble.merge_ranks(ranks)
@@ -123,7 +131,7 @@ def run(ctx) -> "results.Result":  # noqa: F821 - gpulab.results.Result
     result.attrs["wrong_elements"] = wrong
     if "allreduce_algorithms" in tabs:
         algs = tabs["allreduce_algorithms"]
-        ref, note, raw = nccl_reference(cfg, kind, n, int(algs["bytes"].max()))
+        ref, note, raw = nccl_reference(cfg, kind, n, int(algs["bytes"].max()), node)
         if raw:
             result.attrs["nccl_tests"] = json.dumps(raw)
         result.add_table("bars", assemble.bars(algs, kind, n, ref, note),

@@ -21,8 +21,12 @@ BAR_COLUMNS = ["bar", "measured", "reference", "ratio", "threshold", "passed", "
 
 
 def merge_ranks(rank_results: list[dict]) -> list[dict]:
-    """One row per case: per-repetition max over ranks, wrong elements summed over ranks."""
-    n = len(rank_results)
+    """One row per case: per-repetition max over ranks, wrong elements summed over ranks.
+
+    The ranks given are this node's; the world size (which the busbw factor needs) is the one the
+    ranks report, which spans every node of a multi-node job.
+    """
+    n = int(rank_results[0].get("world_size", len(rank_results)))
     per_rank = [r["rows"] for r in rank_results]
     if len({len(rows) for rows in per_rank}) != 1:
         raise RuntimeError("ranks returned different numbers of cases: "
