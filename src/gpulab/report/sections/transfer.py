@@ -54,6 +54,11 @@ BW_ORDER = ["uni_ce_p2p_disabled_GBps", "uni_ce_p2p_enabled_GBps", "bi_ce_p2p_di
             "bi_ce_p2p_enabled_GBps", "uni_sm_p2p_disabled_GBps", "uni_sm_p2p_enabled_GBps",
             "bi_sm_p2p_disabled_GBps", "bi_sm_p2p_enabled_GBps", "uni_memcpy_GBps", "bi_memcpy_GBps"]
 
+# The seed's table order: bandwidth disabled/enabled, uni then bi; latency disabled/enabled, GPU then CPU.
+SEED_ORDER = ["uni_ce_p2p_disabled_GBps", "uni_ce_p2p_enabled_GBps", "bi_ce_p2p_disabled_GBps",
+              "bi_ce_p2p_enabled_GBps", "latency_ce_p2p_disabled_gpu_us", "latency_ce_p2p_disabled_cpu_us",
+              "latency_ce_p2p_enabled_gpu_us", "latency_ce_p2p_enabled_cpu_us"]
+
 
 def _tables(f: Path) -> list[str]:
     return results.list_contents(f)["tables"]
@@ -70,9 +75,10 @@ def _heatmaps(f: Path, names: list[str], figs: Figures, what: str, fmt: str) -> 
         return ""
     mats = [results.read_matrix(f, n) for n in present]
     size = len(mats[0][0])
-    cols = min(4, len(present))
+    cols = min(4 if size <= 4 else 2, len(present))
     rws = math.ceil(len(present) / cols)
-    fig, axes = plt.subplots(rws, cols, figsize=(cols * (1.6 + 0.9 * size), rws * (1.3 + 0.8 * size)),
+    cell = min(0.9, 5.0 / size)  # inches per matrix cell: 8 GPUs still fit the page
+    fig, axes = plt.subplots(rws, cols, figsize=(cols * (1.6 + cell * size), rws * (1.3 + cell * size)),
                              squeeze=False)
     for ax, (m, meta) in zip(axes.flat, mats):
         sns.heatmap(pd.DataFrame(m, index=meta["rows"], columns=meta["cols"]), annot=True, fmt=fmt,
@@ -90,11 +96,12 @@ def _heatmaps(f: Path, names: list[str], figs: Figures, what: str, fmt: str) -> 
 
 
 def _reference_heatmaps(f: Path, figs: Figures) -> str:
-    names = [n for n in results.list_contents(f)["matrices"] if n.startswith("ref_a5000_")]
+    have = results.list_contents(f)["matrices"]
+    names = [f"ref_a5000_{n}" for n in SEED_ORDER if f"ref_a5000_{n}" in have]
     if not names:
         return ""
     fig, axes = plt.subplots(2, 4, figsize=(13, 5.2))
-    for ax, n in zip(axes.flat, sorted(names)):
+    for ax, n in zip(axes.flat, names):
         m, meta = results.read_matrix(f, n)
         sns.heatmap(pd.DataFrame(m, index=meta["rows"], columns=meta["cols"]), annot=True, fmt=".3g",
                     cbar=False, cmap="viridis", ax=ax, annot_kws={"size": 8})
@@ -188,7 +195,8 @@ def render(files: list[Path], figs: Figures) -> str:
                          "devices (threads' buffers); the GPU measurements are listed as not "
                          "applicable.</p>")
         parts.append(_heatmaps(f, BW_ORDER, figs, "Bandwidth matrices (GB/s)", ".4g"))
-        lat = sorted(n for n in results.list_contents(f)["matrices"] if n.startswith("latency_"))
+        lat = sorted((n for n in results.list_contents(f)["matrices"] if n.startswith("latency_")),
+                     key=lambda n: (n.split("_")[1] != "ce", "enabled" in n, n.endswith("cpu_us")))
         parts.append(_heatmaps(f, lat, figs, "Latency matrices (us)", ".3g"))
         tabs = _tables(f)
         if "bars" in tabs:
