@@ -202,9 +202,11 @@ def headlines(files: list[Path]) -> list[str]:
     if not multi.empty:
         top = multi[multi["P"] == multi["P"].max()]
         best = top.loc[top["tflops_median"].idxmax()]
-        out.append(f"Best multi-device GEMM at P={best['P']}: {best['algorithm']} over "
-                   f"{best['transport']}, {best['tflops_median']:.3g} TFLOP/s ({best['dtype']}, "
-                   f"{best['M']}x{best['N']}x{best['K']}); {_checks_sentence(files)}")
+        what = (f"Best multi-device GEMM at P={best['P']}" if best["P"] > 1 else
+                "Multi-device algorithms ran on one device only (scaling not applicable); best")
+        out.append(f"{what}: {best['algorithm']} over {best['transport']}, "
+                   f"{best['tflops_median']:.3g} TFLOP/s ({best['dtype']}, "
+                   f"{best['M']}x{best['N']}x{best['K']}). {_checks_sentence(files)}")
     return out[:3]
 
 
