@@ -207,8 +207,13 @@ def headlines(files: list[Path]) -> list[str]:
     for f in aggs:
         s = results.read_table(f, "summary").iloc[0]
         host = results.read_attrs(f)["host"]
-        out.append(f"{int(s.jobs)} independent kernel jobs on {host} used {int(s.devices_used)} "
-                   f"GPU id(s) of {int(s.host_gpus)}, up to {int(s.max_concurrency)} at once.")
+        if int(s.host_gpus):
+            out.append(f"{int(s.jobs)} independent kernel jobs on {host} used "
+                       f"{int(s.devices_used)} GPU id(s) of {int(s.host_gpus)}, up to "
+                       f"{int(s.max_concurrency)} at once.")
+        else:
+            out.append(f"{int(s.jobs)} independent kernel jobs on {host} (no GPU: CPU kernel, no "
+                       f"GPU ids), up to {int(s.max_concurrency)} at once.")
     return out[:3]
 
 
