@@ -286,6 +286,15 @@ def test_real_probe_section_renders_this_host(tmp_path, monkeypatch):
     assert info["host"]["cpu_model"] in _section(b.html, "system")
 
 
+def test_other_hdf5_files_under_results_are_not_reported(two_hosts, tmp_path):
+    import h5py
+
+    with h5py.File(tmp_path / "trainset.h5", "w") as f:  # like the data stage's training sets
+        f.create_dataset("x", data=np.arange(4))
+    b = build_report([two_hosts[0], tmp_path / "trainset.h5"], "t")
+    assert b.errors == [] and 'id="stage-' not in b.html and "trainset.h5" not in b.html
+
+
 def test_no_results_still_gives_a_report():
     b = build_report([], "empty")
     assert b.errors == [] and "No probe result" in b.html and "No result files" in b.html

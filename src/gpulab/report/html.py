@@ -20,7 +20,7 @@ h1{font-size:1.7em} .meta{color:#555;font-size:0.9em}
 table{border-collapse:collapse;font-size:0.85em;margin:0.8em 0}
 th,td{border:1px solid #bbb;padding:3px 7px;text-align:right;vertical-align:top}
 th{background:#eee} td:first-child,th:first-child{text-align:left}
-figure{margin:1.2em 0} figure img{max-width:100%} figcaption{font-size:0.9em;color:#444}
+.table{overflow-x:auto} figure{margin:1.2em 0} figure img{max-width:100%} figcaption{font-size:0.9em;color:#444}
 .note{background:#f6f6f0;border-left:4px solid #cc9;padding:0.4em 0.8em}
 .section-error{background:#fbeaea;border-left:4px solid #c33;padding:0.4em 0.8em;font-family:monospace;
  font-size:0.85em;white-space:pre-wrap}
@@ -30,6 +30,7 @@ figure{margin:1.2em 0} figure img{max-width:100%} figcaption{font-size:0.9em;col
 nav.toc ol{margin:0.2em 0} nav.toc{font-size:0.9em}
 @media print{
  body{max-width:none;margin:0;font-size:10pt}
+ table{font-size:7pt} th,td{padding:1px 3px} .table{overflow:visible}
  figure,.table,table,tr{break-inside:avoid}
  h2{break-before:auto;break-after:avoid} h3,h4{break-after:avoid}
  nav.toc{display:none}
