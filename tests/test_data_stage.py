@@ -98,3 +98,25 @@ def test_script_help():
     p = subprocess.run([sys.executable, str(REPO / "scripts" / "data.py"), "--help"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and "--files-dir" in p.stdout and "JSON lines" in p.stdout
+
+
+def test_sigterm_leaves_no_temporaries(tmp_path):
+    """Snakemake stops a job with SIGTERM: the half-written files folder must not survive."""
+    import signal
+    import time
+
+    cfg = {**TINY, "tabular_rows": [200000], "formats": ["csv", "json"], "repeats": 5}
+    out = tmp_path / "res" / "main.h5"
+    p = subprocess.Popen([sys.executable, str(REPO / "scripts" / "data.py"), "--config-json",
+                          json.dumps({"stage": cfg}), "--out", str(out)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not list((tmp_path / "res").glob(".files.tmp-*/*")):
+            assert p.poll() is None and time.monotonic() < deadline, "stage never started writing"
+            time.sleep(0.1)
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=60) == 143
+    finally:
+        p.kill()
+    assert list((tmp_path / "res").iterdir()) == []

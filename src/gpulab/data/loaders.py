@@ -41,7 +41,9 @@ def to_tensors(path, x: np.ndarray, y: np.ndarray, schema: Schema, where: Where)
         raise DataError(path, f"features have dtype {x.dtype}; need numbers", **where(0, schema.columns[0]))
     if y.dtype.kind not in "fiu":
         raise DataError(path, f"labels have dtype {y.dtype}; need integers", **where(0, schema.label))
-    if x.dtype.kind == "f":
+    # One summing pass finds "any NaN?" without a temporary mask the size of the data; only then
+    # look for where (an infinity also makes the sum non-finite, but is not an error).
+    if x.dtype.kind == "f" and x.size and not np.isfinite(x.sum(dtype=np.float64)):
         flat = x.reshape(len(x), -1)
         bad = np.isnan(flat)
         if bad.any():

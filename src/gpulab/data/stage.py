@@ -106,10 +106,13 @@ def _extra_args(ap) -> None:
 
 def main(doc: str | None = None, argv: list[str] | None = None) -> int:
     """scripts/data.py: bad input ends the job with one clear line (file, line/key, problem)."""
+    import signal
     import sys
 
     from gpulab.stage import stage_main
 
+    # Snakemake stops jobs with SIGTERM: exit through Python so the temporaries are removed.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         return stage_main("data", run, doc, argv, extra_args=_extra_args)
     except DataError as exc:
