@@ -67,7 +67,7 @@ def stage_code(stage):
     """Source files a stage depends on: editing them reruns the stage (and the report)."""
     base = Path(os.path.relpath(workflow.basedir))
     shared = [base / "src" / "gpulab" / f for f in
-              ("devices.py", "slots.py", "timing.py", "results.py", "stage.py")]
+              ("devices.py", "slots.py", "timing.py", "results.py", "stage.py", "launch.py")]
     pkg = base / "src" / "gpulab" / stage
     files = sorted(pkg.rglob("*.py")) if pkg.is_dir() else [pkg.with_suffix(".py")]
     script = base / "scripts" / f"{stage}.py"
