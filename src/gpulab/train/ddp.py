@@ -107,7 +107,7 @@ def equivalence(ctx, cfg, ds, name: str) -> dict | None:
     the update equals that of the mean loss over the global batch (equal local batch sizes). With a
     sum loss DDP would still average, giving 1/N of the single-device gradient.
     """
-    dev, k, b, steps = ctx.device, ctx.world_size, cfg["per_device_batch"], cfg["equivalence_steps"]
+    dev, k, b, steps = ctx.device, ctx.world_size, cfg["equivalence_batch"], cfg["equivalence_steps"]
     loop.seed_everything(cfg["seed"])
     model = models.build_classifier(name, cfg["mlp_hidden"], dropout=0.0).double().to(dev)
     ref = None

@@ -1,0 +1,230 @@
+"""Training stage: real (tiny) training on CPU virtual devices, gloo ranks for DDP/PP/TP."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from gpulab import config as cfgmod
+from gpulab import results
+from gpulab.stage import StageContext
+from gpulab.train import data, loop, models, run, tables
+
+REPO = Path(__file__).resolve().parents[1]
+
+TINY = {
+    "models": ["cnn", "mlp"], "mlp_hidden": [32], "warmup": 1, "repeats": 2,
+    "batch_sizes": [16, 32], "curve_batch": 32, "curve_epochs": 2, "freeze_after_steps": 5,
+    "global_batches": [32], "per_device_batch": 16, "bucket_cap_mb": [25, 1],
+    "comm_hooks": ["none", "fp16", "powersgd"], "lr_warmup_steps": 4, "equivalence_steps": 3,
+    "equivalence_batch": 8, "gpt": {"vocab": 16, "seq_len": 8, "d_model": 16, "n_heads": 2, "n_layers": 2},
+    "pipeline_batch": 8, "microbatches": [1, 2], "tensor_batches": [4], "lr": 0.1,
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """The in-process variant on one thread: the gloo ranks beside it need the other core."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory) -> Path:
+    """scikit-learn's digits (ships with the package) in the data stage's training-set format."""
+    from sklearn.datasets import load_digits
+
+    from gpulab.data.api import write_training_set
+
+    d = load_digits()
+    path = tmp_path_factory.mktemp("data") / "digits.h5"
+    write_training_set(path, (d.images[:640] / 16.0).astype(np.float32)[:, None], d.target[:640])
+    return path
+
+
+def _run(variant, out_dir, digits, cfg=TINY, cpu_devices=2) -> Path:
+    ctx = StageContext("train", variant, dict(cfg), {"backend": "cpu", "cpu_devices": cpu_devices},
+                       out_dir / f"{variant}.h5", {"data": str(digits)})
+    return results.write(run(ctx), ctx.out)
+
+
+@pytest.fixture(scope="module")
+def stage(tmp_path_factory, digits) -> dict[str, Path]:
+    """Every variant once, on two CPU virtual devices (gloo ranks)."""
+    out = tmp_path_factory.mktemp("train")
+    return {v: _run(v, out, digits) for v in ("single", "ddp", "pipeline", "tensor")}
+
+
+def _checks_pass(path):
+    chk = results.read_table(path, "checks")
+    assert len(chk) and chk["passed"].all(), chk.to_string()
+    return chk
+
+
+def test_single_variant_trains_and_records_every_strategy(stage):
+    p = stage["single"]
+    tp = results.read_table(p, "throughput")
+    assert set(tp["strategy"]) == {"single", "data_parallel", "naive_mp", "freeze",
+                                   "offload_activations", "offload_params"}
+    assert (tp["samples_per_s"] > 0).all() and (tp["step_s_min"] <= tp["step_s_median"]).all()
+    assert tp.attrs["units"]["samples_per_s"] == "samples/s" and tp.attrs["units"]["data_s"] == "s"
+    phases = tp[["data_s", "forward_s", "backward_s", "optimizer_s"]].sum(axis=1)
+    assert np.allclose(phases, tp["step_s_median"], rtol=0.5)  # median of sums vs sum of medians
+    dp = tp[tp["strategy"] == "data_parallel"]
+    assert dp["note"].str.contains("no CUDA device").all()
+    assert "DataParallel" in results.read_attrs(p)["data_parallel_note"]
+    _checks_pass(p)
+    curve = results.read_table(p, "loss_curve")
+    mlp = curve[(curve["model"] == "mlp") & (curve["strategy"] == "single")]["loss"].to_numpy()
+    assert mlp[-5:].mean() < mlp[:5].mean() - 0.3  # it really learns the digits
+
+
+def test_freezing_stops_updates_of_the_feature_layers(digits):
+    cfg = cfgmod.validate(dict(TINY), REPO / "workflow/schemas/train.schema.yaml")
+    ds = data.open_digits(digits)
+    dev = [torch.device("cpu")]
+    from gpulab.train import single
+
+    model, opt, dev0, _, _ = single.make(cfg, "cnn", "freeze", dev, 0)
+    before = [q.clone() for q in model.seq1.parameters()]
+    head = [q.clone() for q in model.seq2.parameters()]
+    loop.timed_step(model, opt, data.EpochBatches(ds, 16), dev0)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.seq1.parameters()))
+    assert not all(torch.equal(a, b) for a, b in zip(head, model.seq2.parameters()))
+
+
+def test_ddp_matches_single_device_and_sweeps_every_axis(stage):
+    p = stage["ddp"]
+    chk = _checks_pass(p)
+    eq = chk[chk["check"].str.startswith("ddp(2) == single device")]
+    assert len(eq) == 2 and (eq["value"] < 1e-9).all()
+    assert chk["check"].str.contains("set_epoch").any()
+    agg = results.read_table(p, "ddp")
+    comm = agg[agg["sweep"] == "comm"]
+    assert set(zip(comm["bucket_cap_mb"], comm["comm_hook"])) == {
+        (b, h) for b in (25, 1) for h in ("none", "fp16", "powersgd")} and (comm["devices"] == 2).all()
+    for sweep in ("strong", "weak"):
+        s = agg[(agg["sweep"] == sweep) & (agg["model"] == "mlp")].set_index("devices")
+        assert s.loc[1, "efficiency"] == pytest.approx(1.0) and np.isfinite(s.loc[2, "efficiency"])
+    strong = agg[agg["sweep"] == "strong"]
+    assert (strong["global_batch"] == 32).all() and set(strong["local_batch"]) == {32, 16}
+    ranks = results.read_table(p, "ddp_ranks")
+    assert set(ranks["rank"]) == {0, 1}
+    bars = results.read_table(p, "bars")
+    assert list(bars.columns) == tables.BAR_COLUMNS and (bars["passed"] == "n/a").all()
+
+
+def test_lr_scaling_rule_with_warmup(stage):
+    lr = results.read_table(stage["ddp"], "lr_scaling")
+    w = lr[lr["setting"] == "lr x N + warm-up"].sort_values("step")["lr"].to_numpy()
+    assert w[0] == pytest.approx(0.1) and w[4:] == pytest.approx(0.2) and (np.diff(w) >= 0).all()
+    assert (lr[lr["setting"] == "base lr"]["lr"] == 0.1).all()
+    assert np.isfinite(lr["loss"]).all()
+
+
+def test_pipeline_matches_unsplit_model_and_measures_the_bubble(stage):
+    p = stage["pipeline"]
+    _checks_pass(p)
+    pl = results.read_table(p, "pipeline")
+    skipped = pl[(pl["schedule"] == "1f1b") & (pl["microbatches"] == 1)]
+    assert skipped["note"].str.contains("m >= p").all()
+    ran = pl[pl["note"] == ""]
+    assert len(ran) == 3 and np.isfinite(ran["bubble_measured"]).all()
+    assert ran["bubble_gpipe"].tolist() == pytest.approx(
+        [loop.gpipe_bubble(2, m) for m in ran["microbatches"]])
+    assert (results.read_table(p, "bars")["passed"] == "n/a").all()
+
+
+def test_tensor_parallel_matches_unsplit_and_shards_parameters(stage):
+    p = stage["tensor"]
+    _checks_pass(p)
+    t = results.read_table(p, "tensor").set_index("mode")
+    assert t.loc["tensor_parallel", "params_local"] < t.loc["unsplit", "params_local"]
+    assert t.loc["unsplit", "speedup"] == pytest.approx(1.0)
+
+
+def test_one_device_still_runs_model_parallel_code_paths(tmp_path, digits):
+    cfg = {**TINY, "schedules": ["gpipe"], "microbatches": [2]}
+    p = _run("pipeline", tmp_path, digits, cfg, cpu_devices=1)
+    pl = results.read_table(p, "pipeline")
+    assert pl["stages"].tolist() == [1] and pl["bubble_gpipe"].tolist() == [0.0]
+    _checks_pass(p)
+
+
+def test_formulas():
+    assert loop.gpipe_bubble(4, 4) == pytest.approx(3 / 7)
+    assert loop.scaling_efficiency(300.0, 4, 100.0) == pytest.approx(0.75)
+    assert loop.lr_at(0, 0.1, 4, True, 10) == pytest.approx(0.1)
+    assert loop.lr_at(5, 0.1, 4, True, 10) == pytest.approx(0.25)
+    assert loop.lr_at(10, 0.1, 4, True, 10) == pytest.approx(0.4)
+    assert loop.lr_at(3, 0.1, 4, False, 10) == pytest.approx(0.1)
+    assert models.split_points(6, 4) == [(0, 2), (2, 4), (4, 5), (5, 6)]
+    with pytest.raises(ValueError, match="cannot split 3 layers into 4"):
+        models.split_points(3, 4)
+
+
+def test_global_batch_is_the_union_of_rank_shards():
+    from torch.utils.data import DistributedSampler
+
+    idx = data.global_batch_indices(100, 4, 5, step=2, seed=3)
+    shards = []
+    for r in range(4):
+        s = DistributedSampler(range(100), num_replicas=4, rank=r, seed=3, drop_last=True)
+        s.set_epoch(0)
+        shards += list(s)[10:15]
+    assert idx == shards and len(set(idx)) == 20
+
+
+def test_models_split_and_shard_consistently():
+    x = torch.rand(4, 1, 8, 8)
+    loop.seed_everything(0)
+    m = models.MyNet()
+    ref = m(x)
+    assert torch.equal(models.NaiveModelParallel(m, [torch.device("cpu")] * 2)(x), ref)
+    g = models.TinyGPT(models.GPTConfig(vocab=16, seq_len=8, d_model=16, n_heads=2, n_layers=3))
+    stages = [models.pipeline_stage_module(g, s, 2) for s in range(2)]
+    tok = torch.randint(16, (2, 8))
+    assert torch.allclose(stages[1](stages[0](tok)), g(tok))
+    plan = models.tensor_parallel_plan(g)
+    assert len(plan) == 3 * 6 and "layers.1.attn.q" in plan and "layers.3.fc2" in plan
+
+
+def test_report_section_renders_every_variant(stage):
+    from gpulab.report.html import Figures
+    from gpulab.report.sections import train as section
+
+    figs = Figures()
+    html = section.render(list(stage.values()), figs)
+    assert figs.figure_no >= 6 and figs.table_no >= 5
+    assert "Pipeline bubble" in html and "CPU virtual devices" in html and "DDP scaling" in html
+    lines = section.headlines(list(stage.values()))
+    assert 1 <= len(lines) <= 3 and any("DDP matches single-device" in s for s in lines)
+    assert "(p&minus;1)/(m+p&minus;1)" in section.METHODS and section.TITLE
+
+
+def test_bad_inputs_fail_clearly(tmp_path, digits):
+    with pytest.raises(cfgmod.ConfigError, match="pipeline_batch=10 is not divisible by "
+                                                 r"train.microbatches \[4\]"):
+        _run("pipeline", tmp_path, digits, {**TINY, "pipeline_batch": 10, "microbatches": [2, 4]})
+    with pytest.raises(cfgmod.ConfigError, match="comm_hooks"):
+        _run("ddp", tmp_path, digits, {**TINY, "comm_hooks": ["gzip"]})
+    with pytest.raises(SystemExit, match="unknown variant 'dp'"):
+        _run("dp", tmp_path, digits)
+    with pytest.raises(ValueError, match="too few for a local batch of 4096"):
+        _run("single", tmp_path, digits, {**TINY, "batch_sizes": [4096]})
+    with pytest.raises(Exception, match="does not exist"):
+        _run("single", tmp_path, tmp_path / "missing.h5")
+    with pytest.raises(ValueError, match="must be a multiple of gpt.n_heads"):
+        models.GPTConfig(d_model=10, n_heads=4)
+
+
+def test_script_help():
+    out = subprocess.run([sys.executable, str(REPO / "scripts/train.py"), "--help"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "--variant" in out and "--data" in out and "pipeline" in out
