@@ -217,4 +217,6 @@ def test_report_section_renders_cpu_and_gpu_results(cpu_result, gpu_result):
     assert list(ref.columns) == ["metric", "measured", "reference", "source", "fraction"]
     a5000 = ref[ref.metric.str.startswith("GPU-GPU P2P uni")].iloc[0]
     assert a5000["reference"] == pytest.approx((52.71 + 52.9) / 2)
+    assert ref.metric.str.contains("known H200 torch D2D").any()
+    assert not ref.metric.str.contains("cpuhost").any()  # CPU results have no GPU references
     assert "<p>" in sec.METHODS and "read + write" in sec.METHODS

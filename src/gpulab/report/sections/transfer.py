@@ -50,6 +50,8 @@ measured in the same run at the same size; the run-to-run spread ((max&minus;min
 reported.</p>
 """
 
+H200_TORCH_D2D_GBPS = 4300.0  # known figure (brief): a torch D2D copy on an H200, read+write
+
 BW_ORDER = ["uni_ce_p2p_disabled_GBps", "uni_ce_p2p_enabled_GBps", "bi_ce_p2p_disabled_GBps",
             "bi_ce_p2p_enabled_GBps", "uni_sm_p2p_disabled_GBps", "uni_sm_p2p_enabled_GBps",
             "bi_sm_p2p_disabled_GBps", "bi_sm_p2p_enabled_GBps", "uni_memcpy_GBps", "bi_memcpy_GBps"]
@@ -301,6 +303,9 @@ def references(files: list[Path]) -> pd.DataFrame:
         if "torch_d2d" in _tables(f):
             ref("same-device copy GB/s vs torch copy_", same,
                 float(results.read_table(f, "torch_d2d")["value_median"].mean()), "torch, same run")
+        if "H200" in gpu.upper():
+            ref("same-device copy GB/s vs known H200 torch D2D", same, H200_TORCH_D2D_GBPS,
+                "known figure: torch D2D copy on an H200, read+write")
         ds = _datasheet(gpu)
         if "memory_bandwidth" in ds:
             ref("same-device copy GB/s vs HBM peak", same, ds["memory_bandwidth"][0], f"datasheet {gpu}")
