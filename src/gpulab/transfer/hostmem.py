@@ -2,8 +2,9 @@
 
 These run on every host, so the stage has real numbers without a GPU. ``numpy.copyto`` is a plain
 single-threaded memcpy that releases the GIL, so Python threads copy truly in parallel. Each virtual
-device owns a source, a destination and an auxiliary buffer; a copy "i -> j" is issued by device
-i's thread (like P2P writes) and lands in device j's buffer. Timestamps come from one shared clock
+device owns a source, a destination and an auxiliary buffer; a copy "i -> j" reads device i's
+source and lands in device j's buffer, issued from a worker thread (one thread per direction, so a
+bidirectional cell is two threads copying at once). Timestamps come from one shared clock
 (``time.perf_counter``) inside the worker threads, so thread hand-off is not timed.
 """
 from __future__ import annotations

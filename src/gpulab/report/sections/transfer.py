@@ -40,8 +40,8 @@ splits GPU0&rarr;GPU1 bytes between the P2P path and a chunked, pipelined path t
 the ratio R = BW<sub>p2p</sub>/BW<sub>host</sub> of the measured bandwidths. cudaMalloc cost: one raw
 call timed per allocation, grouped by the number of prior live allocations (power-of-two bins),
 without and with every peer mapping enabled. On CPU hosts the matrices are measured between CPU
-virtual devices (numpy <code>copyto</code>, a memcpy that releases the GIL, issued by the source
-device's thread); host memcpy is measured everywhere.</p>
+virtual devices (numpy <code>copyto</code>, a memcpy that releases the GIL, one worker thread per
+direction); host memcpy is measured everywhere.</p>
 <p>Conventions: bytes are counted once per direction, GB/s = 10<sup>9</sup> B/s; a same-device copy
 counts read + write (2&times; the bytes), as the sample does; bidirectional bandwidth is the sum of
 both directions; latency = sample time / copies. Bars: the same-device copy must reach 95% of a plain
