@@ -227,7 +227,7 @@ def test_jobs_on_a_cpu_host_record_no_ids(stage_results):
     assert (j["end_s"] > j["start_s"]).all() and (j["start_s"] >= j["launch_s"]).all()
     s = results.read_table(agg, "summary").iloc[0]
     assert s["jobs"] == 2 and s["host_gpus"] == 0 and s["devices_used"] == 0
-    assert s["max_concurrency"] == 1  # run one after the other in this process
+    assert s["max_kernel_concurrency"] == 1  # run one after the other in this process
 
 
 def test_report_section_renders_cpu_results(stage_results):

@@ -32,6 +32,7 @@ def test_independent_jobs_spread_over_the_pool_and_overlap(jobs_run):
     jobs = results.read_table(d / "jobs.h5", "jobs")
     assert sorted(jobs["cuda_visible_devices"]) == ["0", "1"] and jobs["verified"].all()
     s = results.read_table(d / "jobs.h5", "summary").iloc[0]
+    # Both processes held their GPU at once (Snakemake started them together: 2 ids, 2 cores).
     assert s["devices_used"] == 2 and s["host_gpus"] == 2 and s["max_concurrency"] == 2
     bars = results.read_table(d / "jobs.h5", "bars")
     assert (bars["passed"] == "True").all(), bars

@@ -85,41 +85,44 @@ def aggregate(ctx, paths: list[Path]) -> results.Result:
         pools.append(a.get("host_gpu_pool") or [])
         kinds.add(a["device_kind"])
     jobs = pd.concat(frames, ignore_index=True).sort_values("job").reset_index(drop=True)
-    t0 = jobs["start_unix"].min()
-    jobs["launch_s"] = jobs["launch_unix"] - t0
-    jobs["start_s"] = jobs["start_unix"] - t0
-    jobs["end_s"] = jobs["end_unix"] - t0
+    t0 = jobs["launch_unix"].min()
+    for c in ("launch", "start", "end"):
+        jobs[f"{c}_s"] = jobs[f"{c}_unix"] - t0
     k = len(jobs)
     pool = max(pools, key=len)
     with_ids = jobs[jobs["device_ids"] != ""]
     used = sorted(set(",".join(with_ids["device_ids"]).split(","))) if len(with_ids) else []
-    conc = max_concurrency(jobs["start_unix"], jobs["end_unix"])
-    busy = float(jobs["duration_s"].sum())
+    # A job holds its GPU id from before its process starts until after it ends, so its process
+    # interval [launch, end] is when it occupied the device; [start, end] is its kernel work alone.
+    conc = max_concurrency(jobs["launch_unix"], jobs["end_unix"])
+    kconc = max_concurrency(jobs["start_unix"], jobs["end_unix"])
+    busy = float((jobs["end_unix"] - jobs["launch_unix"]).sum())
     makespan = float(jobs["end_unix"].max() - t0)
     per_device = (jobs.assign(ids=jobs["device_ids"].replace("", "none (CPU host)"))
-                  .groupby("ids").agg(jobs=("job", "count"), busy_s=("duration_s", "sum"))
+                  .groupby("ids").agg(jobs=("job", "count"), kernel_s=("duration_s", "sum"))
                   .reset_index().rename(columns={"ids": "device_ids"}))
     summary = pd.DataFrame([{
         "jobs": k, "host_gpus": len(pool), "devices_used": len(used),
-        "max_concurrency": conc, "makespan_s": makespan, "busy_s": busy,
-        "mean_concurrency": busy / makespan if makespan > 0 else float("nan"),
+        "max_concurrency": conc, "max_kernel_concurrency": kconc, "makespan_s": makespan,
+        "busy_s": busy, "mean_concurrency": busy / makespan if makespan > 0 else float("nan"),
         "all_verified": bool(jobs["verified"].all()),
     }])
     kind = "cuda" if "cuda" in kinds else "cpu"
     r = ctx.new_result(kind, jobs=k, host_gpu_pool=pool, devices_used=used)
-    r.add_table("jobs", jobs, units={**JOB_UNITS, "launch_s": "s (from first start)",
-                                     "start_s": "s (from first start)",
-                                     "end_s": "s (from first start)"})
-    r.add_table("per_device", per_device, units={"jobs": "count", "busy_s": "s"})
-    r.add_table("summary", summary, units={"jobs": "count", "host_gpus": "count",
-                                           "devices_used": "count", "max_concurrency": "jobs",
-                                           "makespan_s": "s", "busy_s": "s",
-                                           "mean_concurrency": "jobs (busy / makespan)"})
-    r.add_table("bars", job_bars(k, len(pool), len(used), conc), units={"unit": ""})
+    since = "s (from the first job's launch)"
+    r.add_table("jobs", jobs, units={**JOB_UNITS, "launch_s": since, "start_s": since,
+                                     "end_s": since})
+    r.add_table("per_device", per_device, units={"jobs": "count", "kernel_s": "s"})
+    r.add_table("summary", summary, units={
+        "jobs": "count", "host_gpus": "count", "devices_used": "count",
+        "max_concurrency": "jobs (processes, launch to end)",
+        "max_kernel_concurrency": "jobs (kernel work, start to end)", "makespan_s": "s",
+        "busy_s": "s (sum of launch to end)", "mean_concurrency": "jobs (busy / makespan)"})
+    r.add_table("bars", job_bars(k, len(pool), len(used), conc, kconc), units={"unit": ""})
     return r
 
 
-def job_bars(k: int, gpus: int, used: int, conc: int) -> pd.DataFrame:
+def job_bars(k: int, gpus: int, used: int, conc: int, kconc: int | None = None) -> pd.DataFrame:
     from gpulab.kernels.bars import bar
 
     want = min(k, gpus)
@@ -136,5 +139,6 @@ def job_bars(k: int, gpus: int, used: int, conc: int) -> pd.DataFrame:
                         "not applicable: needs at least 2 GPUs and 2 jobs"))
     else:
         rows.append(bar("independent jobs ran concurrently", conc, want, 1.0, "jobs",
-                        "max jobs running at once vs min(jobs, GPUs)"))
+                        "most job processes running at once vs min(jobs, GPUs); kernels "
+                        f"overlapping at most: {kconc if kconc is not None else 'n/a'}"))
     return pd.DataFrame(rows)

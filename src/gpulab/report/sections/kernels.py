@@ -42,8 +42,9 @@ kernels: component/execution &gt; 1). Split throughput is image bytes / wall tim
 devices a stream is a worker thread, device buffers are separate host allocations and every device
 uses one thread (numpy's division, single-threaded torch copies). The independent jobs are K
 Snakemake jobs with <code>resources: gpu=1</code>, run through <code>gpulab-slot</code>, each recording
-the GPU ids it held and its wall-clock start and end; concurrency is the largest number of job
-intervals open at once.</p>
+the GPU ids it held, its process launch (the slot holds the id from just before it) and its kernel
+work's wall-clock start and end; concurrency is the largest number of job intervals open at once,
+counted for the processes (launch to end) and for the kernel work alone (start to end).</p>
 """
 
 
@@ -131,7 +132,7 @@ def _gantt(jobs: pd.DataFrame, host: str, figs: Figures) -> str:
     if "launch_s" in d.columns:
         handles.append(Patch(color="grey", alpha=0.3, label="process start-up"))
     ax.invert_yaxis()
-    ax.set_xlabel("seconds since the first job started its kernel")
+    ax.set_xlabel("seconds since the first job's process started")
     ax.legend(handles=handles, fontsize=8, title="device ids held", loc="upper left",
               bbox_to_anchor=(1.01, 1))
     return figs.figure(fig, f"Independent kernel jobs on {host} (Gantt): each bar is one Snakemake "
@@ -173,11 +174,12 @@ def render(files: list[Path], figs: Figures) -> str:
         parts.append(_gantt(jobs, a["host"], figs))
         parts.append(figs.table(results.read_table(f, "summary"),
                                 "Independent jobs: count, GPUs on the host, distinct GPU ids used, "
-                                "most jobs running at once, makespan and summed busy time (s)."))
+                                "most jobs running at once (processes holding their ids; kernels alone), makespan "
+                                "and summed busy time (s)."))
         parts.append(figs.table(jobs[["job", "device_ids", "cuda_visible_devices", "device_name",
-                                      "start_s", "end_s", "gbps", "verified"]],
+                                      "launch_s", "start_s", "end_s", "gbps", "verified"]],
                                 "Each job: the GPU ids it held (slot and CUDA_VISIBLE_DEVICES; empty "
-                                "on a CPU host), start and end (s since the first start) and its "
+                                "on a CPU host), process launch, kernel start and end (s since the first launch) and its "
                                 "kernel's GB/s (read + write)."))
     bars = results.collect(mains + aggs, "bars")
     if len(bars):
