@@ -69,8 +69,9 @@ def abstract(sections: list[tuple[Section, list[Path]]], probe_files: list[Path]
     items = []
     for sec, files in sections:
         lines = sec.call("headlines", files, default=[], check=CHECK_STR_LIST)
-        for line in lines:
-            items.append(f"<li><b>{esc(sec.title)}</b> [{esc(_devices_of(files))}]: {esc(line)}</li>")
+        if lines:
+            items.append(f"<li><b>{esc(sec.title)}</b> [{esc(_devices_of(files))}]: "
+                         f"{esc(' '.join(s.strip() for s in lines))}</li>")
     if items:
         parts.append("<p>Key results:</p><ul>" + "".join(items) + "</ul>")
     else:
