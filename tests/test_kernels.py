@@ -311,3 +311,30 @@ def test_vector_kernels_compile_to_single_8_and_16_byte_loads(tmp_path):
               for name in ("divide_vec8", "divide_vec16")}
     assert "ld.global.nc.v2.u32" in bodies["divide_vec8"] and "st.global.v2" in bodies["divide_vec8"]
     assert "ld.global.nc.v4.u32" in bodies["divide_vec16"] and "st.global.v4" in bodies["divide_vec16"]
+
+
+def test_gpu_bars_from_measured_tables():
+    """The bar logic on tables shaped like a 2-GPU run (values made up, the arithmetic is checked)."""
+    import pandas as pd
+
+    from gpulab.kernels import main_bars
+
+    div = pd.DataFrame({"variant": ["copy", "naive", "vec8", "vec16", "torch"],
+                        "size_bytes": [1 << 30] * 5, "gbps": [3800.0, 2000, 3000, 3420, 3000]})
+    rows = []
+    for devices, threads, chunks, pinned, wall in [
+            (1, "per_device", 1, True, 0.08), (2, "per_device", 1, True, 0.05),
+            (2, "single", 1, True, 0.06), (2, "per_device", 8, True, 0.04),
+            (2, "per_device", 1, False, 0.2)]:
+        rows.append({"devices": devices, "threads": threads, "chunks": chunks, "pinned": pinned,
+                     "wall_s_median": wall, "gbps": 1.0 / wall})
+    bars = main_bars("cuda", "NVIDIA H200", 2, div, pd.DataFrame(rows)).set_index("bar")
+    assert bars.loc["vec16 divide vs same-size copy (largest size)", "ratio"] == pytest.approx(0.9)
+    assert bars.loc["vec16 divide vs same-size copy (largest size)", "passed"] == "True"
+    assert bars.loc["torch D2D copy vs known H200 figure", "passed"] == "False"  # 3800 < 0.9 * 4300
+    assert bars.loc["split over all devices vs one device (speed-up / N)", "measured"] == \
+        pytest.approx(1.6)
+    assert bars.loc["pipelined (chunked) vs serial copy/compute", "ratio"] == pytest.approx(1.25)
+    assert bars.loc["one host thread per device vs one for all", "ratio"] == pytest.approx(1.2)
+    one = main_bars("cuda", "NVIDIA H200", 1, div, pd.DataFrame(rows[:1])).set_index("bar")
+    assert one.loc["one host thread per device vs one for all", "passed"] == "n/a"

@@ -124,25 +124,27 @@ def main_bars(kind: str, name: str, n: int, div_df: pd.DataFrame, split_df: pd.D
                         f"not applicable: device is {name}"))
     gpu_note = "" if cuda else "CPU virtual devices: measured for reference, the bar is for GPUs"
     thr = (lambda t: t if cuda else None)
-    base = dict(threads="per_device", pinned=cuda)
+    pin = bool(cuda and split_df["pinned"].any())  # compare with pinned buffers where measured
+    base = dict(threads="per_device", pinned=pin)
     serial = _mode(split_df, devices=n, chunks=1, **base)
     piped = split_df[(split_df.devices == n) & (split_df.chunks > 1)
-                     & (split_df.threads == "per_device") & (split_df.pinned == cuda)]
+                     & (split_df.threads == "per_device") & (split_df.pinned == pin)]
     piped = piped.iloc[0] if len(piped) else None
     if serial is not None and piped is not None:
         rows.append(bar("pipelined (chunked) vs serial copy/compute", piped.gbps, serial.gbps,
                         thr(1.0), "GB/s", gpu_note or "overlap of copies and kernels per device"))
-    if n < 2:
+    if n < 2 or serial is None:
         for b in ("split over all devices vs one device (speed-up / N)",
                   "one host thread per device vs one for all"):
             rows.append(bar(b, None, None, None, "1",
-                            "not applicable: needs at least 2 devices"))
+                            "not applicable: needs at least 2 devices" if n < 2 else
+                            "not applicable: no serial mode was measured"))
     else:
         one = _mode(split_df, devices=1, chunks=1, **base)
         rows.append(bar("split over all devices vs one device (speed-up / N)",
                         one.wall_s_median / serial.wall_s_median, n, thr(0.8), "1",
                         gpu_note or f"ideal speed-up is N = {n}"))
-        single = _mode(split_df, devices=n, chunks=1, threads="single", pinned=cuda)
+        single = _mode(split_df, devices=n, chunks=1, threads="single", pinned=pin)
         rows.append(bar("one host thread per device vs one for all", serial.gbps, single.gbps,
                         thr(0.95), "GB/s", gpu_note or "serial copies; pinned host memory"))
     return pd.DataFrame(rows)
