@@ -288,7 +288,7 @@ def test_kernel_source_is_exact_when_run_on_the_host(tmp_path):
     harness = (FIXTURES / "kernels" / "host_harness.cpp").read_text()
     src = tmp_path / "k.cpp"
     src.write_text(HOST_PRELUDE + divide.KERNEL_SOURCE + harness)
-    subprocess.run(["g++", "-std=c++17", "-O1", "-Wno-unknown-pragmas", "-o", tmp_path / "k", src],
+    subprocess.run(["g++", "-std=c++11", "-O1", "-Wno-unknown-pragmas", "-o", tmp_path / "k", src],
                    check=True, capture_output=True, text=True)
     for n, div in ((1, 3), (15, 7), (4096 + 13, 3), (100003, 255), (64, 1)):
         p = subprocess.run([tmp_path / "k", str(n), str(div), "64"], capture_output=True, text=True)
@@ -304,7 +304,7 @@ def test_vector_kernels_compile_to_single_8_and_16_byte_loads(tmp_path):
         pytest.skip("no nvcc")
     cu = tmp_path / "k.cu"
     cu.write_text(divide.KERNEL_SOURCE)
-    subprocess.run(["nvcc", "-std=c++17", "-arch=sm_90", "--ptx", cu, "-o", tmp_path / "k.ptx"],
+    subprocess.run(["nvcc", "-std=c++11", "-arch=sm_90", "--ptx", cu, "-o", tmp_path / "k.ptx"],
                    check=True, capture_output=True, text=True)
     ptx = (tmp_path / "k.ptx").read_text()
     bodies = {name: ptx.split(f".entry {name}(")[1].split(".entry")[0]

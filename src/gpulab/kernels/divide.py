@@ -170,10 +170,10 @@ _KERNELS: dict = {}
 
 
 def _raw_kernel(variant: str):
-    # RawKernel (not RawModule) because it loads its function once per device by itself.
+    # RawKernel (not RawModule) because it loads its function once per device by itself. The
+    # source is plain C++11, NVRTC's defaults compile it.
     if variant not in _KERNELS:
-        _KERNELS[variant] = _cupy().RawKernel(KERNEL_SOURCE, f"divide_{variant}",
-                                              options=("-std=c++17",))
+        _KERNELS[variant] = _cupy().RawKernel(KERNEL_SOURCE, f"divide_{variant}")
     return _KERNELS[variant]
 
 
