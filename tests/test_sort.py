@@ -179,6 +179,9 @@ def test_stage_writes_verified_tables_and_bars(tmp_path):
     phases = results.read_table(out, "phases")
     p2p3 = phases[(phases["algorithm"] == "p2p") & (phases["devices"] == 3)]
     assert {"h2d", "local_sort", "pivot_search", "exchange", "merge", "d2h"} <= set(p2p3["phase"])
+    logic = results.read_table(out, "logic_check")  # 4 > 3 devices present: logical devices
+    assert set(logic["logical_devices"]) == {4} and logic["verified"].all()
+    assert set(logic["algorithm"]) == {"p2p", "het", "radix"} and logic["pivots_leftmost"].all()
     skipped = results.read_table(out, "skipped")
     assert "8 devices" in set(skipped["what"]) and "cupy.sort" in set(skipped["what"])
     bars = results.read_table(out, "bars").set_index("bar")

@@ -17,7 +17,7 @@ UNITS = {"n_keys": "keys", "devices": "count", "time_s_median": "s", "time_s_min
          "bytes_d2h": "B", "share": "1", "pivot": "keys", "len_left": "keys",
          "len_right": "keys", "round": "count", "histogram_passes": "count", "tie_keys": "keys",
          "moved_fraction": "1", "measured": "see unit", "reference": "see unit", "ratio": "1",
-         "threshold": "1"}
+         "threshold": "1", "logical_devices": "count", "physical_devices": "count"}
 
 
 def _units(df: pd.DataFrame) -> dict:
@@ -39,10 +39,11 @@ def run(ctx: StageContext):
     try:
         for i, case in enumerate(progress(cases(cfg), "sort cases")):
             bench.run_case(case, int(cfg["seed"]) + i)
+        logic = bench.logic_check(int(cfg["seed"]) + 2000)
         bars = [bench.single_device_bar(int(cfg["seed"]) + 1000), bench.pivot_bar()]
     finally:
         bench.close()
-    verified = all(r["verified"] for r in bench.rows)
+    verified = all(r["verified"] for r in bench.rows + logic)
     result = ctx.new_result(kind, device_name=devices[0].name, devices_available=len(devices),
                             device_counts=bench.counts, all_verified=verified,
                             failures=len(bench.failures),
@@ -57,6 +58,7 @@ def run(ctx: StageContext):
     _table(result, "phases", bench.phase_rows, KEYS + ["phase"])
     _table(result, "merge_steps", bench.steps, ["round", "pivot", "keys_moved"])
     _table(result, "radix_balance", bench.balance, ["histogram_passes", "tie_keys"])
+    _table(result, "logic_check", logic, ["algorithm", "logical_devices", "verified"])
     _table(result, "skipped", bench.skipped, ["what", "reason"])
     _table(result, "failures", bench.failures, ["what", "error", "traceback"])
     _table(result, "bars", bars, ["bar", "measured", "reference", "ratio", "threshold", "passed",

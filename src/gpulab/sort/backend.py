@@ -96,36 +96,49 @@ class NumpyBackend:
 
 
 class CupyBackend(NumpyBackend):
-    """CUDA devices 0..n-1 of this process, driven with CuPy."""
+    """CUDA devices of this process, driven with CuPy.
+
+    Logical device d is CUDA device ``device_ids[d]`` (default d). Several logical devices may
+    share one GPU (``device_ids=[0, 0, 0]``): the algorithms then run their multi-device CUDA code
+    paths on a one-GPU host, for correctness checks only (their "peer" copies stay on the GPU).
+    """
 
     name = "cupy"
 
-    def __init__(self, n_devices: int):
+    def __init__(self, n_devices: int, device_ids: Sequence[int] | None = None):
         import cupy as cp
 
         super().__init__(n_devices)
-        if cp.cuda.runtime.getDeviceCount() < n_devices:
-            raise RuntimeError(f"{n_devices} CUDA devices requested, "
-                               f"{cp.cuda.runtime.getDeviceCount()} visible")
+        self.ids = list(range(n_devices)) if device_ids is None else [int(i) for i in device_ids]
+        if len(self.ids) != n_devices:
+            raise ValueError(f"{n_devices} logical devices but {len(self.ids)} device ids")
+        visible = cp.cuda.runtime.getDeviceCount()
+        if max(self.ids) >= visible:
+            raise RuntimeError(f"CUDA device {max(self.ids)} requested, {visible} visible")
         self.cp = cp
         self.xp = cp
         self.peer = np.zeros((n_devices, n_devices), dtype=bool)
-        for i in range(n_devices):
-            for j in range(n_devices):
-                if i != j and cp.cuda.runtime.deviceCanAccessPeer(i, j):
-                    with cp.cuda.Device(i):
+        for i, pi in enumerate(self.ids):
+            for j, pj in enumerate(self.ids):
+                if pi != pj and cp.cuda.runtime.deviceCanAccessPeer(pi, pj):
+                    with cp.cuda.Device(pi):
                         try:
-                            cp.cuda.runtime.deviceEnablePeerAccess(j)
+                            cp.cuda.runtime.deviceEnablePeerAccess(pj)
                         except cp.cuda.runtime.CUDARuntimeError:
                             pass  # already enabled in this process
                     self.peer[i, j] = True
 
+    @property
+    def shared(self) -> bool:
+        """True when logical devices share a GPU (correctness runs, never timed)."""
+        return len(set(self.ids)) < len(self.ids)
+
     def on(self, d: int):
-        return self.cp.cuda.Device(d)
+        return self.cp.cuda.Device(self.ids[d])
 
     def sync(self) -> None:
-        for d in range(self.n):
-            self.cp.cuda.Device(d).synchronize()
+        for i in sorted(set(self.ids)):
+            self.cp.cuda.Device(i).synchronize()
 
     def empty(self, d: int, n: int, dtype):
         with self.on(d):
@@ -160,12 +173,12 @@ class CupyBackend(NumpyBackend):
             stream = self.cp.cuda.get_current_stream().ptr
             dst_ptr = dst.data.ptr + dst_off * size
             src_ptr = src.data.ptr + start * size
-            if src_d == dst_d:
+            if self.ids[src_d] == self.ids[dst_d]:
                 self.cp.cuda.runtime.memcpyAsync(dst_ptr, src_ptr, n * size,
                                                  self.cp.cuda.runtime.memcpyDeviceToDevice, stream)
             else:
-                self.cp.cuda.runtime.memcpyPeerAsync(dst_ptr, dst_d, src_ptr, src_d, n * size,
-                                                     stream)
+                self.cp.cuda.runtime.memcpyPeerAsync(dst_ptr, self.ids[dst_d], src_ptr,
+                                                     self.ids[src_d], n * size, stream)
 
     def item(self, d: int, arr, i: int):
         with self.on(d):
@@ -188,7 +201,7 @@ class CupyBackend(NumpyBackend):
         with self.on(d):
             for _ in range(warmup):
                 fn()
-            cp.cuda.Device(d).synchronize()
+            cp.cuda.Device(self.ids[d]).synchronize()
             samples = []
             for _ in range(repeats):
                 start, end = cp.cuda.Event(), cp.cuda.Event()
@@ -205,10 +218,10 @@ class CupyBackend(NumpyBackend):
         self.cp.get_default_pinned_memory_pool().free_all_blocks()
 
 
-def make_backend(kind: str, n_devices: int) -> NumpyBackend:
-    """The backend for a device kind ('cuda' or 'cpu') with n devices."""
+def make_backend(kind: str, n_devices: int, device_ids: Sequence[int] | None = None) -> NumpyBackend:
+    """The backend for a device kind ('cuda' or 'cpu') with n devices (see CupyBackend)."""
     if kind == "cuda":
-        return CupyBackend(n_devices)
+        return CupyBackend(n_devices, device_ids)
     if kind == "cpu":
         return NumpyBackend(n_devices)
     raise ValueError(f"unknown device kind {kind!r} (expected 'cuda' or 'cpu')")

@@ -44,7 +44,7 @@ input (count and a wrapping 64-bit sum of a splitmix64 hash of every key), and e
 sort up to the configured size.</p>
 """
 
-META = ["stage", "variant", "result_id"]
+META = ["stage", "variant", "result_id", "device_kind"]  # the host label says the kind
 
 
 def _label(a: dict) -> str:
@@ -176,6 +176,13 @@ def render(files: list[Path], figs: Figures) -> str:
         parts.append(figs.table(bal, "Radix-partition sort: histogram passes of the splitter "
                                      "search, keys equal to a boundary key (split by occurrence), "
                                      "keys moved. Every device received exactly its chunk size."))
+    logic = _collect(files, "logic_check")
+    if not logic.empty:
+        ok = bool(logic["verified"].astype(bool).all())
+        parts.append(f"<p>Correctness beyond the devices present: {len(logic)} runs of the "
+                     "algorithms on 2-4 logical devices (sharing the GPUs round-robin, or extra CPU "
+                     f"virtual devices; not timed): {'all verified' if ok else '<b>FAILED</b>'}."
+                     "</p>")
     skipped = _collect(files, "skipped")
     if not skipped.empty:
         parts.append(figs.table(skipped, "Not measured, and why."))
