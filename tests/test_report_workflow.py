@@ -45,12 +45,15 @@ def test_rule_writes_html_with_both_hosts_and_figures(report_run):
 
 
 @pytest.mark.skipif(browser.find_chromium() is None, reason="Chromium is not installed")
-def test_rule_prints_the_pdf(report_run):
+def test_rule_prints_the_pdf_and_the_html_loads_in_chromium(report_run):
     from pypdf import PdfReader
 
     reader = PdfReader(report_run / "results/report/report.pdf")
     assert len(reader.pages) >= 2
     assert all((p.extract_text() or "").strip() or p.images for p in reader.pages)
+    seen = browser.inspect(report_run / "results/report/report.html")
+    assert seen["images"] and all(i["naturalWidth"] > 0 for i in seen["images"])
+    assert seen["errors"] == 0 and all(s["text"] > 40 for s in seen["sections"]), seen["sections"]
 
 
 def test_snakemake_report_has_captions_and_categories(report_run):
