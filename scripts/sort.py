@@ -2,7 +2,7 @@
 sort over 1..N devices (CUDA GPUs, or CPU virtual devices), timed per phase and verified.
 
 Writes the HDF5 result given by --out (tables runs, phases, merge_steps, radix_balance, skipped,
-failures, bars).
+failures, logic_check, bars).
 """
 from gpulab.sort import run
 from gpulab.stage import stage_main
