@@ -38,7 +38,8 @@ copies are asynchronous. Events between the phases give per device: <i>copy to</
 <i>copy back</i>, their sum (component time) and first-to-last event (execution time), as in the
 seed's "Create Stream for Each GPU" output. Modes: one host thread enqueueing for every device vs one
 thread per device; serial (one chunk) vs pipelined (K sub-chunks over 2+ streams, so copies overlap
-kernels: component/execution &gt; 1). Split throughput is image bytes / wall time. On CPU virtual
+kernels: component/execution &gt; 1; below 1 the streams waited, on CPU for a free core). Split
+throughput is image bytes / wall time. On CPU virtual
 devices a stream is a worker thread, device buffers are separate host allocations and every device
 uses one thread (numpy's division, single-threaded torch copies). The independent jobs are K
 Snakemake jobs with <code>resources: gpu=1</code>, run through <code>gpulab-slot</code>, each recording
