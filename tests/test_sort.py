@@ -190,3 +190,13 @@ def test_stage_writes_verified_tables_and_bars(tmp_path):
     assert single["passed"] == "n/a"
     pivot = bars.loc[[b for b in bars.index if b.startswith("P2P")][0]]
     assert pivot["passed"] == "True" and pivot["measured"] == pivot["reference"] > 0
+
+    # The report section renders this result (figures, tables) and gives headlines.
+    from gpulab.report.html import Figures
+    from gpulab.report.sections import sort as section
+
+    figs = Figures()
+    html = section.render([out], figs)
+    assert figs.figure_no == 3 and "logical devices" in html and "FAILED" not in html
+    assert section.headlines([out]) and "all" in section.headlines([out])[0]
+    assert section.references([out]).empty  # the cupy bar is not applicable on CPU
