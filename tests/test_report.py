@@ -40,7 +40,7 @@ def _probe_info(host: str) -> dict:
     return {"host": {"cpu_model": f"Test CPU of {host}", "physical_cores": 8, "logical_cpus": 16,
                      "usable_cpus": 16, "numa_nodes": [{"node": 0, "cpus": "0-15", "mem_bytes": 2**34}],
                      "ram_bytes": 2**36, "os": "Debian 12", "kernel": "6.1", "python": "3.11"},
-            "software": {"torch": "2.13.0", "python": "3.11", "nccl": "2.28.9" if gpu else "-"},
+            "software": {"torch": "2.13.0", "python": "3.11", **({"nccl": "2.28.9"} if gpu else {})},
             "gpus": gpus, "has_gpus": gpu, "peer_access": [[0, 1], [1, 0]] if gpu else [],
             "peer_access_api": "cudaDeviceCanAccessPeer" if gpu else "none", "topology": topo,
             "topo_text": "", "nvlink_status_smi": [], "nvlink_caps_smi": []}
@@ -204,6 +204,7 @@ def test_hosts_appear_side_by_side(built):
     assert "2x NVIDIA H200" in table and "none (CPU virtual devices)" in table
     assert "NV4" in system  # the topology matrix of the GPU host
     assert re.search(r"Peer access on gpuhost", system)
+    assert re.search(r"<td>nccl</td>\s*<td>-</td>\s*<td>2.28.9</td>", system)  # cpuhost, gpuhost
 
 
 def test_figures_and_tables_are_numbered_and_kept_as_png(built):

@@ -117,7 +117,17 @@ def render(files: list[Path], figs: Figures) -> str:
         numa = results.read_table(f, "numa")
         parts.append(f"<p>NUMA nodes: {len(numa)}; CPUs per node: "
                      f"{esc('; '.join(str(c) for c in numa['cpus']))}.</p>")
+    parts.append("<h3>Software</h3>" + figs.table(software(files), "Software the jobs ran with, hosts "
+                                                 "side by side (- where a host lacks the package).",
+                                                 max_rows=100, css_class="kv"))
     return "\n".join(parts)
+
+
+def software(files: list[Path]) -> pd.DataFrame:
+    """Package x host table of the versions each host's probe recorded."""
+    cols = {str(results.read_attrs(f).get("host")):
+            results.read_table(f, "software").set_index("package")["version"] for f in files}
+    return pd.DataFrame(cols).fillna("-").rename_axis("package").reset_index()
 
 
 def headlines(files: list[Path]) -> list[str]:
