@@ -105,7 +105,8 @@ def test_sigterm_leaves_no_temporaries(tmp_path):
     import signal
     import time
 
-    cfg = {**TINY, "tabular_rows": [200000], "formats": ["csv", "json"], "repeats": 5}
+    cfg = {**TINY, "tabular_rows": [200000], "formats": ["csv", "json"], "repeats": 5,
+           "text_max_rows": None}
     out = tmp_path / "res" / "main.h5"
     p = subprocess.Popen([sys.executable, str(REPO / "scripts" / "data.py"), "--config-json",
                           json.dumps({"stage": cfg}), "--out", str(out)],
