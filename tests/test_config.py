@@ -45,3 +45,9 @@ def test_invalid_yaml_is_reported(tmp_path):
     bad.write_text("devices: [unclosed\n")
     with pytest.raises(config.ConfigError, match="not valid YAML"):
         config.load([bad])
+
+
+def test_defaults_fill_in_through_stage_schema_refs():
+    cfg = config.validate({})
+    assert cfg["probe"] == {"gpus": "all"}  # from probe.schema.yaml, reached through a $ref
+    assert cfg["devices"]["nodes"]["nnodes"] == 1

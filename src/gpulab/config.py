@@ -14,6 +14,7 @@ from urllib.request import url2pathname
 import jsonschema
 import yaml
 from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_SCHEMA = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
@@ -57,7 +58,11 @@ def _validator(schema_path: Path):
     schema["$id"] = schema_path.resolve().as_uri()
 
     def retrieve(uri: str):
-        return Resource.from_contents(_load_yaml(Path(url2pathname(urlparse(uri).path))))
+        contents = _load_yaml(Path(url2pathname(urlparse(uri).path)))
+        # jsonschema's evolve() picks a validator class from a subschema's own $schema, which would
+        # drop the default-filling extension below inside every referenced stage schema.
+        contents.pop("$schema", None)
+        return Resource.from_contents(contents, default_specification=DRAFT202012)
 
     registry = Registry(retrieve=retrieve).with_resource(schema["$id"], Resource.from_contents(schema))
     base = jsonschema.Draft202012Validator
