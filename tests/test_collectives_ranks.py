@@ -46,6 +46,22 @@ def test_stage_result_default_variant(tmp_path):
     variants = results.read_table(path, "variants").set_index("variant")
     assert variants.loc["default", "status"] == "this result"
     assert variants.loc["tree", "status"].startswith("not applicable")
+    _check_report_section([path, results.write(run(_ctx(tmp_path, "tree")), tmp_path / "tree.h5")])
+
+
+def _check_report_section(files):
+    from gpulab.report.html import Figures
+    from gpulab.report.sections import collectives as section
+
+    figs = Figures()
+    html = section.render(files, figs)
+    assert figs.figure_no == 2 and "Bars of issue 6" in html and "not applicable" in html
+    assert "Verification: 20 of 20 collective results exact" in html
+    lines = section.headlines(files)
+    assert lines and "busbw" in lines[0] and "4 gloo ranks on CPU" in lines[0]
+    refs = section.references(files)
+    assert list(refs["source"]) == ["library all-reduce, same run"]
+    assert refs["fraction"].iloc[0] > 0 and "2(n&minus;1)/n" in section.METHODS
 
 
 def test_stage_nccl_variant_is_not_applicable_on_cpu(tmp_path):

@@ -69,7 +69,8 @@ def _collect(files: list[Path], table: str) -> pd.DataFrame:
             continue
         a = results.read_attrs(f)
         df.insert(0, "host", _label(a))
-        df.insert(1, "variant", a.get("variant", "?"))
+        if "variant" not in df:  # the 'variants' table names variants itself
+            df.insert(1, "variant", a.get("variant", "?"))
         frames.append(df)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
