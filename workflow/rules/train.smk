@@ -7,7 +7,12 @@ STAGE_RESULTS.extend(TRAIN_H5)
 TRAIN_RANKS = gpus_for("train") or config["devices"]["cpu_devices"]
 
 
-rule train:
+rule train:  # target: every variant (`snakemake --cores all train`)
+    input:
+        TRAIN_H5,
+
+
+rule train_variant:
     input:
         code=stage_code("train"),
         digits=DATA_TRAIN_SETS["digits"],
