@@ -213,26 +213,34 @@ def render(files: list[Path], figs: Figures) -> str:
 
 def headlines(files: list[Path]) -> list[str]:
     by, out = _by_variant(files), []
-    for f, a in by.get("ddp", []):
+    for f, a in by.get("single", [])[:1]:
+        tp = results.read_table(f, "throughput")
+        one = tp[(tp["strategy"] == "single") & (tp["global_batch"] == tp["global_batch"].max())]
+        if len(one):
+            rates = ", ".join(f"{r.model} {r.samples_per_s:,.0f}" for r in one.itertuples())
+            out.append(f"Single-device training on {_label(a)}: {rates} samples/s "
+                       f"(global batch {int(one['global_batch'].iloc[0])}).")
+    for f, a in by.get("ddp", [])[:1]:
         agg = results.read_table(f, "ddp")
         w = agg[(agg["sweep"] == "weak") & (agg["devices"] == agg["devices"].max())]
-        if len(w):
+        if len(w) and w["devices"].max() > 1:
             r = w.loc[w["samples_per_s"].idxmax()]
-            out.append(f"DDP training ({r['model']}) on {_label(a)}: {r['samples_per_s']:.0f} "
-                       f"samples/s, weak-scaling efficiency {r['efficiency']:.2f}.")
+            out.append(f"DDP ({r['model']}) on {int(r['devices'])} devices of {_label(a)}: "
+                       f"{r['samples_per_s']:,.0f} samples/s, weak-scaling efficiency "
+                       f"{r['efficiency']:.2f}.")
         chk = results.read_table(f, "checks")
         eq = chk[chk["check"].str.startswith("ddp(")]
         if len(eq):
             out.append(f"DDP matches single-device training with the same global batch to a "
                        f"relative error of {eq['value'].max():.1e} (float64).")
-        break
-    for f, a in by.get("pipeline", []):
+    for f, a in by.get("pipeline", [])[:1]:
         pl = results.read_table(f, "pipeline")
-        g = pl[(pl.get("note", "") == "") & (pl["schedule"] == "gpipe")] if "bubble_measured" in pl else pl.iloc[0:0]
+        if "bubble_measured" not in pl:
+            continue
+        g = pl[(pl["note"] == "") & (pl["schedule"] == "gpipe") & (pl["stages"] > 1)]
         if len(g):
             r = g.loc[g["microbatches"].idxmax()]
             out.append(f"Pipeline bubble at p={int(r['stages'])}, m={int(r['microbatches'])}: "
                        f"{r['bubble_measured']:.2f} measured vs {r['bubble_gpipe']:.2f} by "
                        f"GPipe's formula ({_label(a)}).")
-        break
     return out[:3]
