@@ -3,14 +3,10 @@ the seed's chapter-8 techniques (freezing layers, activations/parameters to CPU 
 over the global batch, with loss curves."""
 from __future__ import annotations
 
-import logging
-
 import torch
 import torch.nn as nn
 
 from gpulab.train import data, loop, models
-
-log = logging.getLogger("gpulab.train")
 
 DP_CPU_NOTE = ("no CUDA device: nn.DataParallel has no device_ids and calls the module as is, so "
                "this is single-device training (same code path)")
