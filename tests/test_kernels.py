@@ -338,3 +338,11 @@ def test_gpu_bars_from_measured_tables():
     assert bars.loc["one host thread per device vs one for all", "ratio"] == pytest.approx(1.2)
     one = main_bars("cuda", "NVIDIA H200", 1, div, pd.DataFrame(rows[:1])).set_index("bar")
     assert one.loc["one host thread per device vs one for all", "passed"] == "n/a"
+
+
+def test_multiply_shift_division_is_exact_for_every_byte_and_divisor():
+    # The vector kernels divide by x * ceil(2^16 / d) >> 16; check it against // exhaustively.
+    x = np.arange(256, dtype=np.uint32)[:, None]
+    d = np.arange(1, 256, dtype=np.uint32)[None, :]
+    magic = (65536 + d - 1) // d
+    assert np.array_equal((x * magic) >> 16, x // d)

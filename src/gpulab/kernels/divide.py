@@ -60,10 +60,16 @@ __device__ __forceinline__ void divide_vec(const unsigned char* __restrict__ in,
                                            const unsigned long long n, const int div) {
     const unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
     const unsigned long long nvec = n / Vec::size;
+    // One integer division per thread, then an exact multiply-shift per byte: x / d ==
+    // (x * ceil(2^16 / d)) >> 16 for every x, d in [0, 255] x [1, 255] (the error term
+    // x * e / 2^16 < 255 / 2^16 stays below 1 / d). A run-time '/' per byte made the vector
+    // kernels arithmetic-bound on an H200 (67% of copy bandwidth, measured 2026-12-02).
+    const unsigned int magic = (65536u + (unsigned int)div - 1u) / (unsigned int)div;
     if (i < nvec) {
         Vec v(in + i * Vec::size);
 #pragma unroll
-        for (int k = 0; k < Vec::size; ++k) v.data[k] /= div;
+        for (int k = 0; k < Vec::size; ++k)
+            v.data[k] = (unsigned char)(((unsigned int)v.data[k] * magic) >> 16);
         v.store(out + i * Vec::size);
     }
     // Tail: the n % size trailing bytes, one per thread, taken by the first threads of the grid.
