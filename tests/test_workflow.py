@@ -38,6 +38,8 @@ def test_main_job_produces_probe_and_report(finished_run):
     assert int(host.set_index("key").loc["logical_cpus", "value"]) >= 1
     html = (wf / "results/report/report.html").read_text()
     assert "System under test" in html and "Appendix: provenance" in html
+    # Every real stage section rendered (a section that raises becomes an error box, counted here).
+    assert 'name="gpulab-section-errors" content="0"' in html
     assert re.search(r'src="data:image/png;base64,', html) or "Table 1." in html
     assert not list(wf.glob("results/**/.*.tmp-*"))
 

@@ -86,8 +86,10 @@ def _launch(ctx, mode, cfg, n) -> list[dict]:
                "backend": "auto"}
     if mode == "ddp":
         _digits(ctx)  # fail early, in this process, on a missing or bad training set
-    log.info("train/%s: %d rank(s)", mode, n)
-    return launch.run_workers(WORKER, payload, nproc=n)
+    node = launch.NodeSpec.from_config(ctx.devices_config.get("nodes"))
+    log.info("train/%s: %d rank(s) on node %d of %d", mode, n, node.node_rank, node.nnodes)
+    # Multi-node: every node runs this stage; each result holds its own node's ranks' rows.
+    return launch.run_workers(WORKER, payload, nproc=n, node=node)
 
 
 def _digits(ctx):
