@@ -11,6 +11,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from gpulab import results  # noqa: E402
+from gpulab.report.frames import collect_labelled  # noqa: E402
 from gpulab.report.html import Figures, esc  # noqa: E402
 
 TITLE = "Multi-device matrix multiplication (GEMM)"
@@ -51,17 +52,8 @@ def _host(a: dict) -> str:
     return f"{a.get('host', '?')} ({a.get('n_devices', '?')}x {a.get('device_name', '?')})"
 
 
-META = ["stage", "variant", "device_kind", "result_id"]  # added by results.collect
-
-
 def _collect(files: list[Path], table: str) -> pd.DataFrame:
-    """One table across result files, ``host`` relabelled with the devices it ran on."""
-    df = results.collect(files, table)
-    if df.empty:
-        return df
-    labels = {str(a.get("result_id")): _host(a) for a in map(results.read_attrs, files)}
-    df["host"] = df["result_id"].astype(str).map(labels)
-    return df.drop(columns=[c for c in META if c in df.columns])
+    return collect_labelled(files, table, _host)
 
 
 def _size(df: pd.DataFrame) -> pd.Series:

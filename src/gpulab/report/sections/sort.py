@@ -11,6 +11,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from gpulab import results  # noqa: E402
+from gpulab.report.frames import collect_labelled  # noqa: E402
 from gpulab.report.html import Figures, esc  # noqa: E402
 
 TITLE = "Multi-device sorting"
@@ -44,9 +45,6 @@ input (count and a wrapping 64-bit sum of a splitmix64 hash of every key), and e
 sort up to the configured size.</p>
 """
 
-META = ["stage", "variant", "result_id", "device_kind"]  # the host label says the kind
-
-
 def _label(a: dict) -> str:
     kind = a.get("device_kind")
     what = "CPU virtual devices" if kind == "cpu" else a.get("device_name", "GPU")
@@ -54,12 +52,7 @@ def _label(a: dict) -> str:
 
 
 def _collect(files: list[Path], table: str) -> pd.DataFrame:
-    df = results.collect(files, table)
-    if df.empty:
-        return df
-    labels = {str(a.get("result_id")): _label(a) for a in map(results.read_attrs, files)}
-    df["host"] = df["result_id"].astype(str).map(labels)
-    return df.drop(columns=[c for c in META if c in df.columns])
+    return collect_labelled(files, table, _label)
 
 
 def _config(df: pd.DataFrame) -> pd.Series:

@@ -1,0 +1,23 @@
+"""DataFrame helpers shared by the report's stage sections."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from gpulab import results
+
+# Identity columns results.collect adds; sections show the host label instead.
+META = ["stage", "variant", "device_kind", "result_id"]
+
+
+def collect_labelled(files: list[Path], table: str, label: Callable[[dict], str]) -> pd.DataFrame:
+    """One table across result files, its ``host`` column replaced by ``label(attrs)`` of each file
+    (e.g. "h200 (1x NVIDIA H200)"), so hosts and device kinds read side by side."""
+    df = results.collect(files, table)
+    if df.empty:
+        return df
+    labels = {str(a.get("result_id")): label(a) for a in map(results.read_attrs, files)}
+    df["host"] = df["result_id"].astype(str).map(labels)
+    return df.drop(columns=[c for c in META if c in df.columns])
