@@ -51,3 +51,21 @@ def test_defaults_fill_in_through_stage_schema_refs():
     cfg = config.validate({})
     assert cfg["probe"] == {"gpus": "all"}  # from probe.schema.yaml, reached through a $ref
     assert cfg["devices"]["nodes"]["nnodes"] == 1
+
+
+def test_stage_section_alone_gets_defaults_and_named_errors():
+    assert config.validate_section("probe", {}) == {"gpus": "all"}
+    with pytest.raises(config.ConfigError, match=r"key 'probe.gpus'"):
+        config.validate_section("probe", {"gpus": 0})
+    assert config.validate_section("no_such_stage", {"x": 1}) == {"x": 1}
+
+
+def test_script_run_by_hand_validates_its_section(tmp_path):
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / "probe.py"), "--config-json",
+                        '{"stage": {"gpus": "some"}}', "--out", str(tmp_path / "p.h5")],
+                       capture_output=True, text=True)
+    assert p.returncode != 0 and "key 'probe.gpus'" in p.stderr
+    assert not (tmp_path / "p.h5").exists()

@@ -117,6 +117,22 @@ def validate(
     raise ConfigError("invalid configuration:\n  " + "\n  ".join(msgs) + more)
 
 
+def validate_section(stage: str, section: dict, schema_dir: str | Path = DEFAULT_SCHEMA.parent) -> dict:
+    """Validate one stage's section (defaults filled in) against ``<stage>.schema.yaml``.
+
+    Stage scripts call this on the section they receive, so a script run by hand with a partial
+    ``--config-json`` gets the same defaults and errors as a Snakemake run.
+    """
+    path = Path(schema_dir) / f"{stage}.schema.yaml"
+    if not path.exists():
+        return section
+    errors = sorted(_validator(path).iter_errors(section), key=lambda e: list(map(str, e.path)))
+    if errors:
+        msgs = [f"key '{_fmt_path((stage, *e.absolute_path))}': {e.message}" for e in errors[:10]]
+        raise ConfigError(f"invalid '{stage}' configuration:\n  " + "\n  ".join(msgs))
+    return section
+
+
 def load(paths: Iterable[str | Path], schema_path: str | Path = DEFAULT_SCHEMA) -> dict:
     """Load and merge config files (later ones override earlier ones, recursively), then validate."""
     merged: dict = {}

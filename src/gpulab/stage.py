@@ -97,6 +97,12 @@ def context_from_args(stage: str, args) -> StageContext:
             payload = json.loads(args.config_json)
         except json.JSONDecodeError as exc:
             raise SystemExit(f"--config-json is not valid JSON: {exc}")
+    from gpulab import config as cfgmod
+
+    try:
+        cfgmod.validate_section(stage, payload.setdefault("stage", {}))
+    except cfgmod.ConfigError as exc:
+        raise SystemExit(f"scripts/{stage}.py: {exc}")
     extra = {k: v for k, v in vars(args).items()
              if k not in ("config_json", "config_file", "out", "variant", "verbose")}
     return StageContext(stage, args.variant, payload.get("stage", {}), payload.get("devices", {}),
