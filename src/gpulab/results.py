@@ -273,7 +273,8 @@ def collect(paths: Iterable[str | os.PathLike], table: str) -> pd.DataFrame:
         a = read_attrs(p)
         df = read_table(p, table)
         for k in ("host", "stage", "variant", "device_kind", "result_id"):
-            df.insert(0, k, a.get(k, "")) if k not in df.columns else None
+            if k not in df.columns:
+                df.insert(0, k, a.get(k, ""))
         frames.append(df)
     if not frames:
         return pd.DataFrame()

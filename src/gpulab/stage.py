@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,7 +117,7 @@ def stage_main(stage: str, run: Callable[[StageContext], results.Result], doc: s
     setup_logging(args.verbose)
     ctx = context_from_args(stage, args)
     log.info("%s/%s: starting (devices visible: %s)", stage, ctx.variant,
-             __import__("os").environ.get("CUDA_VISIBLE_DEVICES", "<all>"))
+             os.environ.get("CUDA_VISIBLE_DEVICES", "<all>"))
     result = run(ctx)
     path = results.write(result, args.out)
     log.info("%s/%s: wrote %s", stage, ctx.variant, path)
