@@ -180,6 +180,12 @@ def write(result: Result, path: str | os.PathLike) -> Path:
         "result_id": uuid.uuid4().hex,
     }
     attrs.update({k: _json_attr(v) for k, v in result.attrs.items()})
+    # The overall verdict is derived from the checks and bars, never set by a stage.
+    from gpulab import outcomes
+
+    ov = outcomes.overall(result.tables)
+    attrs.update(verdict=ov["verdict"], verdict_counts=json.dumps(ov["counts"]),
+                 verdict_summary=ov["summary"])
     try:
         with h5py.File(tmp, "w") as f:
             for k, v in attrs.items():

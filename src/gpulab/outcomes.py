@@ -1,0 +1,261 @@
+"""The one result vocabulary every stage and report section uses.
+
+A stage states what it verified and how fast it was in three tables of the same shape everywhere:
+
+- ``bars``: a measurement against a reference that comes from somewhere else (a datasheet limit,
+  an independent tool, the same work on one device). :class:`Bar` rows.
+- ``checks``: a correctness check of one case (sorted, sums match, error bound, the case ran).
+  :class:`Check` rows. A crashed case is a failed check (:meth:`Check.crashed`).
+- ``not_applicable``: what was not measured here, and why. :class:`NotApplicable` rows.
+
+Every verdict is one of exactly three values (:class:`Verdict`). The root attribute ``verdict`` of a
+result file is the overall verdict (:func:`overall`): ``fail`` if any check or bar failed or any
+case crashed, ``pass`` if something passed, ``not_applicable`` if nothing could be judged;
+``verdict_counts`` (JSON) and ``verdict_summary`` ("131 of 132 checks passed, 1 failed: ...") go
+beside it. :func:`gpulab.results.write` sets them, so no stage sets its own.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+from enum import Enum
+from typing import Iterable, Mapping
+
+import pandas as pd
+
+BARS, CHECKS, NOT_APPLICABLE = "bars", "checks", "not_applicable"
+
+
+class Verdict(str, Enum):
+    PASS = "pass"
+    FAIL = "fail"
+    NOT_APPLICABLE = "not_applicable"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def of(cls, ok: bool | None) -> "Verdict":
+        """pass/fail from a boolean; None (nothing to judge) is not_applicable."""
+        if ok is None:
+            return cls.NOT_APPLICABLE
+        return cls.PASS if bool(ok) else cls.FAIL
+
+    @classmethod
+    def parse(cls, value) -> "Verdict":
+        """A verdict read back from a table (strings only: the three values, nothing else)."""
+        if isinstance(value, Verdict):
+            return value
+        try:
+            return cls(str(value))
+        except ValueError:
+            raise ValueError(f"not a verdict: {value!r} (expected one of {[v.value for v in cls]})") from None
+
+
+VERDICTS = tuple(v.value for v in Verdict)
+
+
+def combine(verdicts: Iterable[Verdict | str]) -> Verdict:
+    """fail if any failed; else pass if any passed; else not_applicable."""
+    vs = {Verdict.parse(v) for v in verdicts}
+    if Verdict.FAIL in vs:
+        return Verdict.FAIL
+    if Verdict.PASS in vs:
+        return Verdict.PASS
+    return Verdict.NOT_APPLICABLE
+
+
+def _finite(x) -> bool:
+    try:
+        return x is not None and math.isfinite(float(x))
+    except (TypeError, ValueError):
+        return False
+
+
+@dataclass
+class Bar:
+    """measured / reference against a threshold. ``source`` says where the reference comes from.
+
+    ``direction`` '>=' passes when ratio >= threshold (throughput, efficiency); '<=' passes when
+    ratio <= threshold (overheads, latencies, errors).
+    """
+
+    bar: str
+    measured: float
+    reference: float
+    source: str
+    threshold: float
+    unit: str
+    verdict: str = Verdict.NOT_APPLICABLE.value
+    ratio: float = float("nan")
+    direction: str = ">="
+    note: str = ""
+
+    @classmethod
+    def measure(cls, bar: str, measured, reference, *, source: str, threshold: float, unit: str,
+                direction: str = ">=", note: str = "") -> "Bar":
+        """A bar judged from its numbers; a missing or non-positive reference is not_applicable."""
+        if direction not in (">=", "<="):
+            raise ValueError(f"bar {bar!r}: direction must be '>=' or '<=', not {direction!r}")
+        if not source:
+            raise ValueError(f"bar {bar!r}: every reference names its source")
+        m = float(measured) if _finite(measured) else float("nan")
+        r = float(reference) if _finite(reference) else float("nan")
+        if not _finite(r) or r <= 0:
+            return cls(bar, m, r, source, threshold, unit, Verdict.NOT_APPLICABLE.value,
+                       float("nan"), direction, note or "no reference value for this device")
+        if not _finite(m):
+            # A measurement that should exist and does not is a failure, not a skip.
+            return cls(bar, m, r, source, threshold, unit, Verdict.FAIL.value, float("nan"),
+                       direction, note or "no valid measurement")
+        ratio = m / r
+        ok = ratio >= threshold if direction == ">=" else ratio <= threshold
+        return cls(bar, m, r, source, threshold, unit, Verdict.of(ok).value, ratio, direction, note)
+
+    @classmethod
+    def not_applicable(cls, bar: str, reason: str, *, source: str = "", unit: str = "",
+                       threshold: float = float("nan"), measured=float("nan")) -> "Bar":
+        return cls(bar, float(measured) if _finite(measured) else float("nan"), float("nan"),
+                   source, threshold, unit, Verdict.NOT_APPLICABLE.value, float("nan"), ">=", reason)
+
+
+@dataclass
+class Check:
+    """One verified case: what was compared, the observed value, its bound, and the verdict."""
+
+    check: str
+    case: str
+    verdict: str
+    value: float = float("nan")
+    bound: float = float("nan")
+    note: str = ""
+
+    @classmethod
+    def of(cls, check: str, case: str, ok: bool | None, *, value=float("nan"), bound=float("nan"),
+           note: str = "") -> "Check":
+        return cls(check, str(case), Verdict.of(ok).value, float(value) if _finite(value) else float("nan"),
+                   float(bound) if _finite(bound) else float("nan"), note)
+
+    @classmethod
+    def within(cls, check: str, case: str, value, bound, note: str = "") -> "Check":
+        """pass when |value| <= bound (an error against an independent reference)."""
+        ok = _finite(value) and abs(float(value)) <= float(bound)
+        return cls.of(check, case, ok, value=value, bound=bound, note=note)
+
+    @classmethod
+    def crashed(cls, case: str, exc: BaseException | str) -> "Check":
+        msg = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
+        return cls("ran", str(case), Verdict.FAIL.value, note=f"crashed: {msg}"[:500])
+
+
+@dataclass
+class NotApplicable:
+    """Something this stage did not measure here, and why (one row)."""
+
+    what: str
+    reason: str
+
+
+BAR_COLUMNS = [f.name for f in fields(Bar)]
+CHECK_COLUMNS = [f.name for f in fields(Check)]
+NOT_APPLICABLE_COLUMNS = [f.name for f in fields(NotApplicable)]
+
+
+def _frame(rows, columns: list[str], cls) -> pd.DataFrame:
+    out = []
+    for r in rows:
+        if isinstance(r, cls):
+            out.append(asdict(r))
+        elif isinstance(r, Mapping):
+            out.append(dict(r))
+        else:
+            raise TypeError(f"expected {cls.__name__} rows, got {type(r).__name__}")
+    df = pd.DataFrame(out, columns=columns)
+    if "verdict" in df.columns:
+        df["verdict"] = [Verdict.parse(v).value for v in df["verdict"]]
+    return df
+
+
+def bars_frame(rows: Iterable[Bar]) -> pd.DataFrame:
+    return _frame(rows, BAR_COLUMNS, Bar)
+
+
+def checks_frame(rows: Iterable[Check]) -> pd.DataFrame:
+    return _frame(rows, CHECK_COLUMNS, Check)
+
+
+def not_applicable_frame(rows: Iterable[NotApplicable]) -> pd.DataFrame:
+    return _frame(rows, NOT_APPLICABLE_COLUMNS, NotApplicable)
+
+
+def overall(tables: Mapping[str, pd.DataFrame]) -> dict:
+    """The result's overall verdict from its ``checks`` and ``bars`` tables.
+
+    Returns ``{'verdict', 'counts', 'summary'}``. Crashed cases are checks named 'ran' that failed.
+    """
+    counts = {"checks": 0, "checks_failed": 0, "crashed": 0, "bars": 0, "bars_failed": 0,
+              "bars_not_applicable": 0, "not_applicable": 0}
+    verdicts: list[Verdict] = []
+    failed_what: list[str] = []
+    checks = tables.get(CHECKS)
+    if checks is not None and len(checks) and set(CHECK_COLUMNS) <= set(checks.columns):
+        for _, row in checks.iterrows():
+            v = Verdict.parse(row["verdict"])
+            if v is Verdict.NOT_APPLICABLE:
+                continue
+            counts["checks"] += 1
+            verdicts.append(v)
+            if v is Verdict.FAIL:
+                counts["checks_failed"] += 1
+                if row["check"] == "ran":
+                    counts["crashed"] += 1
+                failed_what.append(f"{row['check']} [{row['case']}]")
+    bars = tables.get(BARS)
+    if bars is not None and len(bars) and set(BAR_COLUMNS) <= set(bars.columns):
+        for _, row in bars.iterrows():
+            v = Verdict.parse(row["verdict"])
+            counts["bars"] += 1
+            if v is Verdict.NOT_APPLICABLE:
+                counts["bars_not_applicable"] += 1
+                continue
+            verdicts.append(v)
+            if v is Verdict.FAIL:
+                counts["bars_failed"] += 1
+                failed_what.append(f"bar {row['bar']}")
+    na = tables.get(NOT_APPLICABLE)
+    counts["not_applicable"] = 0 if na is None else len(na)
+    verdict = combine(verdicts)
+    n, nf = counts["checks"], counts["checks_failed"]
+    parts = [f"{n - nf} of {n} checks passed" if n else "no checks"]
+    if nf:
+        crashed = f" ({counts['crashed']} crashed)" if counts["crashed"] else ""
+        parts[0] += f", {nf} failed{crashed}"
+    judged = counts["bars"] - counts["bars_not_applicable"]
+    if counts["bars"]:
+        parts.append(f"{judged - counts['bars_failed']} of {judged} bars met"
+                     + (f", {counts['bars_not_applicable']} not applicable" if counts["bars_not_applicable"] else ""))
+    summary = "; ".join(parts)
+    if failed_what:
+        shown = ", ".join(failed_what[:5]) + (f" and {len(failed_what) - 5} more" if len(failed_what) > 5 else "")
+        summary += f". Failed: {shown}"
+    return {"verdict": verdict.value, "counts": counts, "summary": summary}
+
+
+# One units table: column name -> unit. Tables record the units of their columns from here.
+UNITS: dict[str, str] = {
+    "bytes": "B", "size_bytes": "B", "nbytes": "B",
+    "gbps": "GB/s", "gbps_median": "GB/s", "gbps_min": "GB/s", "gbps_max": "GB/s",
+    "algbw_gbps": "GB/s", "busbw_gbps": "GB/s", "bandwidth_gbps": "GB/s",
+    "time_ms": "ms", "time_ms_median": "ms", "time_ms_min": "ms", "time_ms_max": "ms",
+    "time_s": "s", "time_us": "us", "latency_us": "us", "latency_us_median": "us",
+    "tflops": "TFLOP/s", "tflops_median": "TFLOP/s", "tflops_min": "TFLOP/s", "tflops_max": "TFLOP/s",
+    "keys_per_s": "keys/s", "gkeys_per_s": "Gkeys/s", "samples_per_s": "samples/s",
+    "rel_error": "1", "ratio": "1", "efficiency": "1", "speedup": "1", "fraction": "1",
+    "mem_bytes": "B", "clock_mhz": "MHz", "power_w": "W", "temp_c": "degC",
+}
+
+
+def units_for(df: pd.DataFrame, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Units of ``df``'s columns from :data:`UNITS` (plus ``extra`` for stage-specific columns)."""
+    table = {**UNITS, **(extra or {})}
+    return {c: table[c] for c in df.columns if c in table}

@@ -1,0 +1,89 @@
+"""The result vocabulary: verdicts, bars that can fail, crashed cases counted, datasheet limits."""
+import math
+
+import pandas as pd
+import pytest
+
+from gpulab import limits, outcomes
+from gpulab.outcomes import Bar, Check, NotApplicable, Verdict
+
+
+def test_verdict_has_exactly_three_values():
+    assert outcomes.VERDICTS == ("pass", "fail", "not_applicable")
+    with pytest.raises(ValueError, match="not a verdict"):
+        Verdict.parse("yes")
+
+
+def test_bar_passes_then_fails_on_a_degraded_measurement():
+    good = Bar.measure("copy", 4000, 4800, source="datasheet", threshold=0.7, unit="GB/s")
+    slow = Bar.measure("copy", 2000, 4800, source="datasheet", threshold=0.7, unit="GB/s")
+    assert good.verdict == "pass" and math.isclose(good.ratio, 4000 / 4800)
+    assert slow.verdict == "fail"
+
+
+def test_lower_is_better_bar_fails_when_overhead_grows():
+    assert Bar.measure("overhead", 1.01, 1.0, source="raw call", threshold=1.05, unit="1",
+                       direction="<=").verdict == "pass"
+    assert Bar.measure("overhead", 1.5, 1.0, source="raw call", threshold=1.05, unit="1",
+                       direction="<=").verdict == "fail"
+
+
+def test_missing_reference_is_not_applicable_and_missing_measurement_fails():
+    assert Bar.measure("x", 1.0, None, source="s", threshold=0.5, unit="").verdict == "not_applicable"
+    assert Bar.measure("x", float("nan"), 2.0, source="s", threshold=0.5, unit="").verdict == "fail"
+    with pytest.raises(ValueError, match="source"):
+        Bar.measure("x", 1.0, 2.0, source="", threshold=0.5, unit="")
+
+
+def test_overall_counts_crashes_and_failures():
+    checks = outcomes.checks_frame([Check.of("sorted", i, True) for i in range(131)]
+                                   + [Check.crashed("n=4", RuntimeError("rank 2 died"))])
+    ov = outcomes.overall({"checks": checks})
+    assert ov["verdict"] == "fail"
+    assert ov["counts"]["crashed"] == 1
+    assert ov["summary"].startswith("131 of 132 checks passed, 1 failed (1 crashed)")
+
+
+def test_overall_not_applicable_when_nothing_was_judged():
+    ov = outcomes.overall({"bars": outcomes.bars_frame([Bar.not_applicable("p2p", "one device")]),
+                           "not_applicable": outcomes.not_applicable_frame([NotApplicable("p2p", "one device")])})
+    assert ov["verdict"] == "not_applicable"
+
+
+def test_within_check_fails_beyond_its_bound():
+    assert Check.within("rel_error", "fp32", 1e-7, 1e-5).verdict == "pass"
+    assert Check.within("rel_error", "fp32", 1e-2, 1e-5).verdict == "fail"
+    assert Check.within("rel_error", "fp32", float("nan"), 1e-5).verdict == "fail"
+
+
+def test_frames_reject_free_form_verdicts():
+    with pytest.raises(ValueError):
+        outcomes.checks_frame([{"check": "a", "case": "b", "verdict": "yes"}])
+
+
+def test_limits_known_models_and_unknown_gives_reason():
+    assert limits.memory_bandwidth("NVIDIA H200").value == 4800
+    assert limits.model_of("NVIDIA H100 PCIe")["model"] == "H100 PCIe"
+    assert limits.model_of("NVIDIA H100 80GB HBM3")["model"] == "H100 SXM"
+    assert limits.peak_tflops("NVIDIA RTX A5000", "bf16").known
+    unknown = limits.peak_tflops("Imaginary GPU 9000", "bf16")
+    assert not unknown.known and "Imaginary GPU 9000" in unknown.reason
+    assert limits.nvlink_bandwidth("NVIDIA L40S").reason.endswith("has no NVLink")
+    for m in limits.table()["models"]:
+        assert m["source"], m["model"]
+
+
+def test_pcie_limit_from_generation_and_width():
+    assert limits.pcie_bandwidth(5, 16).value == pytest.approx(63.0, rel=1e-3)
+    assert limits.pcie_bandwidth(3, 8).value == pytest.approx(7.88, rel=1e-3)
+    assert not limits.pcie_bandwidth(None, 16).known
+
+
+def test_result_file_carries_the_overall_verdict(tmp_path):
+    from gpulab import results
+
+    r = results.Result("demo", "main", {}, "cpu")
+    r.add_table("checks", outcomes.checks_frame([Check.of("sum", "a", False, note="off by one")]))
+    path = results.write(r, tmp_path / "r.h5")
+    attrs = results.read_attrs(path)
+    assert attrs["verdict"] == "fail" and "sum [a]" in attrs["verdict_summary"]
