@@ -2,6 +2,7 @@
 #   snakemake --cores all                      # everything, CPU virtual devices when no GPU
 #   snakemake --cores all --resources gpu=2    # cap GPU jobs at 2 concurrent GPUs
 #   snakemake --cores all probe                # one stage (see README for the stage targets)
+# The stages and their rules come from the registry, src/gpulab/stages.py.
 import os
 import sys
 from pathlib import Path
@@ -13,15 +14,19 @@ sys.path.insert(0, SRC)
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH")) if p)
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
 
+# Both are set just above, so this never fails; declared, they reach jobs on remote executors
+# (SLURM) too. The optional GPULAB_* variables (GPULAB_HOST, GPULAB_GPU_POOL, GPULAB_SLOT_DIR,
+# GPULAB_CHROMIUM) cannot be listed: Snakemake requires every declared variable to be set.
+envvars:
+    "PYTHONPATH",
+    "NCCL_NVLS_ENABLE",
+
+
 configfile: "config.yaml"
 
+
 include: "workflow/rules/common.smk"
-
-STAGE_RULE_FILES = ["probe", "data", "transfer", "kernels", "collectives", "sort", "gemm", "train"]
-for _stage in STAGE_RULE_FILES:
-    if Path(workflow.basedir, "workflow", "rules", f"{_stage}.smk").exists():
-        include: f"workflow/rules/{_stage}.smk"
-
+include: "workflow/rules/stages.smk"
 include: "workflow/rules/report.smk"
 
 

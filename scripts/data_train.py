@@ -1,26 +1,29 @@
 """Write the training sets used by the training stage (HDF5: x float32 [N, ...], y int64 [N]).
 
   python scripts/data_train.py --config-json '{"stage": {...}}' --digits D.h5 --tabular T.h5
+  (--payload FILE: the same JSON from a file, as the workflow passes it)
 """
 import argparse
-import json
 import sys
+from pathlib import Path
 
 from gpulab.data.errors import DataError
 from gpulab.data.train_sets import build
-from gpulab.stage import setup_logging
+from gpulab.stage import load_payload, setup_logging
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="scripts/data_train.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config-json", default="{}", help="JSON: {'stage': <data config section>}")
+    ap.add_argument("--payload", type=Path, default=None, help="JSON file instead of --config-json")
     ap.add_argument("--digits", required=True, help="output HDF5 for the digits training set")
     ap.add_argument("--tabular", required=True, help="output HDF5 for the synthetic tabular set")
     args = ap.parse_args(argv)
     setup_logging()
     try:
-        build(json.loads(args.config_json).get("stage", {}), args.digits, args.tabular)
+        build(load_payload(args.config_json, args.payload).get("stage", {}), args.digits,
+              args.tabular)
     except (DataError, ValueError) as exc:
         print(f"data_train: {exc}", file=sys.stderr)
         return 1

@@ -11,7 +11,7 @@ from gpulab import config, launch, results
 from gpulab.gemm import layout, numerics, runner, scaling
 from gpulab.stage import stage_main
 
-GEMM_SCHEMA = REPO / "workflow" / "schemas" / "gemm.schema.yaml"
+GEMM_SCHEMA = "gemm"  # the packaged schema, by stage name
 
 
 @pytest.mark.parametrize("p, shape", [(1, (1, 1)), (2, (1, 2)), (3, (1, 3)), (4, (2, 2)),

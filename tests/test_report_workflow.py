@@ -1,14 +1,15 @@
 """The report rule end to end in a private copy of the workflow: HTML, figures, PDF (where Chromium
 is installed), another host's results side by side, and `snakemake --report` with categories.
 
-Only the probe and the report run here (the other stages' rule files are left out of the copy), so
-this stays fast; tests/test_workflow.py runs the whole pipeline.
+Only the probe and the report run here (config report.stages: [probe]), so this stays fast;
+tests/test_workflow.py runs the whole pipeline.
 """
 from __future__ import annotations
 
 import re
 
 import pytest
+import yaml
 
 from conftest import copy_workflow, snakemake
 from gpulab import probe, results
@@ -21,9 +22,10 @@ ENV = {"GPULAB_HOST": "testhost", "GPULAB_GPU_POOL": ""}
 @pytest.fixture(scope="module")
 def report_run(tmp_path_factory):
     wf = copy_workflow(tmp_path_factory.mktemp("report") / "wf")
-    for rules in (wf / "workflow" / "rules").glob("*.smk"):
-        if rules.stem not in ("common", "probe", "report"):
-            rules.unlink()
+    cfg_path = wf / "config.yaml"
+    cfg = yaml.safe_load(cfg_path.read_text())
+    cfg["report"]["stages"] = ["probe"]
+    cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     # Another host's probe result, copied into results/ as a user would: it must appear beside ours.
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("GPULAB_HOST", "otherhost")

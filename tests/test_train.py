@@ -86,7 +86,7 @@ def test_single_variant_trains_and_records_every_strategy(stage):
 
 
 def test_freezing_stops_updates_of_the_feature_layers(digits):
-    cfg = cfgmod.validate(dict(TINY), REPO / "workflow/schemas/train.schema.yaml")
+    cfg = cfgmod.validate(dict(TINY), "train")
     ds = data.open_digits(digits)
     dev = [torch.device("cpu")]
     from gpulab.train import single

@@ -1,11 +1,16 @@
 """Config loading and validation with errors that name the file, line and key at fault.
 
-The schema (``workflow/schemas/config.schema.yaml``) refers to one schema file per stage with
-relative ``$ref``s; defaults from the schemas are filled in, so rules can rely on every key.
+The schemas ship inside the package and are read with :mod:`importlib.resources`, so an installed
+gpulab (a wheel, no checkout) finds them: ``gpulab/config.schema.yaml`` (the top level),
+``gpulab/common.schema.yaml`` (definitions the stages share) and ``gpulab/<stage>/schema.yaml`` for
+each stage of the registry (:mod:`gpulab.stages`), which also supplies the top level's stage
+properties. Defaults from the schemas are filled in, so rules can rely on every key.
 """
 from __future__ import annotations
 
 import copy
+import functools
+from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 from urllib.parse import urlparse
@@ -16,8 +21,13 @@ import yaml
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
+from gpulab import stages
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_SCHEMA = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
+# Packaged schemas are known by the id SCHEMA_BASE + "<name>.schema.yaml", whatever file or zip
+# member they come from, so the stage schemas' relative $refs ("common.schema.yaml#/$defs/gpus")
+# resolve to the packaged common schema. The reserved .invalid domain: nothing is ever fetched.
+SCHEMA_BASE = "https://gpulab.invalid/schemas/"
 
 
 class ConfigError(ValueError):
@@ -53,29 +63,68 @@ def key_lines(path: str | Path) -> dict[tuple, int]:
     return lines
 
 
-def _validator(schema_path: Path):
-    schema = _load_yaml(schema_path)
-    schema["$id"] = schema_path.resolve().as_uri()
+def schema(name: str = "config") -> dict:
+    """The packaged schema ``name``: "config" (the whole file), "common", or a registered stage."""
+    if name in ("config", "common"):
+        text = resources.files("gpulab").joinpath(f"{name}.schema.yaml").read_text()
+    else:
+        text = stages.get(name).schema_text()
+    sch = yaml.safe_load(text)
+    if name == "config":
+        for stage in stages.STAGES:
+            sch["properties"][stage] = {"$ref": f"{stage}.schema.yaml", "default": {}}
+        sch["$defs"]["stage_name"]["enum"] = list(stages.STAGES)
+    sch["$id"] = f"{SCHEMA_BASE}{name}.schema.yaml"
+    return sch
 
-    def retrieve(uri: str):
+
+def _retrieve(uri: str):
+    if uri.startswith(SCHEMA_BASE):
+        contents = schema(uri[len(SCHEMA_BASE):].removesuffix(".schema.yaml"))
+    else:
         contents = _load_yaml(Path(url2pathname(urlparse(uri).path)))
-        # jsonschema's evolve() picks a validator class from a subschema's own $schema, which would
-        # drop the default-filling extension below inside every referenced stage schema.
-        contents.pop("$schema", None)
-        return Resource.from_contents(contents, default_specification=DRAFT202012)
+    # jsonschema's evolve() picks a validator class from a subschema's own $schema, which would
+    # drop the default-filling extension below inside every referenced stage schema.
+    contents.pop("$schema", None)
+    return Resource.from_contents(contents, default_specification=DRAFT202012)
 
-    registry = Registry(retrieve=retrieve).with_resource(schema["$id"], Resource.from_contents(schema))
+
+def _validator_for(sch: dict):
+    registry = Registry(retrieve=_retrieve).with_resource(sch["$id"], Resource.from_contents(sch))
     base = jsonschema.Draft202012Validator
 
-    def set_defaults(validator, properties, instance, sch):
+    def set_defaults(validator, properties, instance, subschema):
         if isinstance(instance, dict):
             for prop, sub in properties.items():
                 if isinstance(sub, dict) and "default" in sub:
                     instance.setdefault(prop, copy.deepcopy(sub["default"]))
-        yield from base.VALIDATORS["properties"](validator, properties, instance, sch)
+        yield from base.VALIDATORS["properties"](validator, properties, instance, subschema)
 
     cls = jsonschema.validators.extend(base, {"properties": set_defaults})
-    return cls(schema, registry=registry)
+    return cls(sch, registry=registry)
+
+
+@functools.lru_cache(maxsize=None)
+def _packaged_validator(name: str):
+    return _validator_for(schema(name))
+
+
+def _validator(which: str | Path | None):
+    """Validator for a packaged schema (None: the whole config; a stage's name) or a schema file."""
+    if which is None:
+        return _packaged_validator("config")
+    if isinstance(which, str) and not which.endswith(".yaml"):
+        return _packaged_validator(which)
+    path = Path(which)
+    name = path.name.removesuffix(".schema.yaml")
+    if not path.exists() and path.parent.name == "schemas" and (
+            name in stages.STAGES or name in ("config", "common")):
+        # The pre-package location workflow/schemas/<name>.schema.yaml, still named by stage code
+        # written before the schemas moved into the package: the same schema, from the package.
+        return _packaged_validator(name)
+    sch = _load_yaml(path)
+    sch["$id"] = path.resolve().as_uri()
+    return _validator_for(sch)
 
 
 def _fmt_path(path: Iterable) -> str:
@@ -96,11 +145,14 @@ def _locate(path: tuple, files: list[tuple[Path, dict]]) -> str:
 
 def validate(
     config: dict,
-    schema_path: str | Path = DEFAULT_SCHEMA,
+    schema_path: str | Path | None = None,
     config_files: Iterable[str | Path] = (),
 ) -> dict:
-    """Validate ``config`` in place (defaults filled in); raise ConfigError naming file:line and key."""
-    validator = _validator(Path(schema_path))
+    """Validate ``config`` in place (defaults filled in); raise ConfigError naming file:line and key.
+
+    ``schema_path``: None for the whole config, a stage's name for its section, or a schema file.
+    """
+    validator = _validator(schema_path)
     errors = sorted(validator.iter_errors(config), key=lambda e: (len(e.path), list(map(str, e.path))))
     if not errors:
         return config
@@ -117,23 +169,22 @@ def validate(
     raise ConfigError("invalid configuration:\n  " + "\n  ".join(msgs) + more)
 
 
-def validate_section(stage: str, section: dict, schema_dir: str | Path = DEFAULT_SCHEMA.parent) -> dict:
-    """Validate one stage's section (defaults filled in) against ``<stage>.schema.yaml``.
+def validate_section(stage: str, section: dict) -> dict:
+    """Validate one stage's section (defaults filled in) against the stage's packaged schema.
 
-    Stage scripts call this on the section they receive, so a script run by hand with a partial
-    ``--config-json`` gets the same defaults and errors as a Snakemake run.
+    Stage scripts run by hand call this on the section they receive, so they get the same defaults
+    and errors as a Snakemake run. A name the registry does not know has no schema: left as is.
     """
-    path = Path(schema_dir) / f"{stage}.schema.yaml"
-    if not path.exists():
+    if stage not in stages.STAGES:
         return section
-    errors = sorted(_validator(path).iter_errors(section), key=lambda e: list(map(str, e.path)))
+    errors = sorted(_validator(stage).iter_errors(section), key=lambda e: list(map(str, e.path)))
     if errors:
         msgs = [f"key '{_fmt_path((stage, *e.absolute_path))}': {e.message}" for e in errors[:10]]
         raise ConfigError(f"invalid '{stage}' configuration:\n  " + "\n  ".join(msgs))
     return section
 
 
-def load(paths: Iterable[str | Path], schema_path: str | Path = DEFAULT_SCHEMA) -> dict:
+def load(paths: Iterable[str | Path], schema_path: str | Path | None = None) -> dict:
     """Load and merge config files (later ones override earlier ones, recursively), then validate."""
     merged: dict = {}
     paths = [Path(p) for p in paths]

@@ -1,8 +1,9 @@
 """The one entry-point shape every stage script uses.
 
-A rule calls ``python scripts/<stage>.py --config-json '<slice>' --out <file.h5>`` (through
-``gpulab-slot`` when it needs GPUs). This module parses that, discovers devices, runs the stage's
-``run(ctx)`` and writes the returned :class:`~gpulab.results.Result` atomically.
+A rule calls ``python scripts/<stage>.py --payload <slice.json> --out <file.h5>`` (through
+``gpulab-slot`` when it needs GPUs); by hand, ``--config-json '<slice>'`` does the same. This module
+parses that, discovers devices, runs the stage's ``run(ctx)`` and writes the returned
+:class:`~gpulab.results.Result` atomically.
 """
 from __future__ import annotations
 
@@ -77,6 +78,8 @@ def parse_args(stage: str, doc: str | None, argv: list[str] | None = None,
     )
     ap.add_argument("--config-json", default="{}",
                     help="JSON object: {'stage': <this stage's config section>, 'devices': {...}}")
+    ap.add_argument("--payload", type=Path, default=None,
+                    help="JSON file holding the --config-json object (what Snakemake jobs pass)")
     ap.add_argument("--config-file", type=Path, nargs="*", default=None,
                     help="read and validate config YAML files instead of --config-json")
     ap.add_argument("--out", type=Path, required=True, help="result file to write (.h5)")
@@ -87,25 +90,34 @@ def parse_args(stage: str, doc: str | None, argv: list[str] | None = None,
     return ap.parse_args(argv)
 
 
-def context_from_args(stage: str, args) -> StageContext:
-    if args.config_file:
-        from gpulab import config as cfgmod
+def load_payload(config_json: str = "{}", payload: Path | None = None) -> dict:
+    """The job's config payload: from the ``--payload`` file where given, else ``--config-json``."""
+    try:
+        return json.loads(payload.read_text() if payload else config_json)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise SystemExit(f"{payload or '--config-json'}: not a readable JSON payload: {exc}")
 
-        full = cfgmod.load(args.config_file)
-        payload = {"stage": full.get(stage, {}), "devices": full.get("devices", {})}
-    else:
-        try:
-            payload = json.loads(args.config_json)
-        except json.JSONDecodeError as exc:
-            raise SystemExit(f"--config-json is not valid JSON: {exc}")
+
+def context_from_args(stage: str, args) -> StageContext:
     from gpulab import config as cfgmod
 
-    try:
-        cfgmod.validate_section(stage, payload.setdefault("stage", {}))
-    except cfgmod.ConfigError as exc:
-        raise SystemExit(f"scripts/{stage}.py: {exc}")
+    if args.config_file:
+        full = cfgmod.load(args.config_file)
+        payload = {"stage": full.get(stage, {}), "devices": full.get("devices", {}),
+                   "validated": True}
+    else:
+        payload = load_payload(args.config_json, args.payload)
+    # A Snakemake job's payload is a slice of a config already validated as a whole (defaults
+    # filled in) at the workflow's entry point, and says so: validating it again would repeat the
+    # same work for the same answer. A script run by hand has no such promise and validates its
+    # section here, so both get the same defaults and the same named errors.
+    if not payload.get("validated"):
+        try:
+            cfgmod.validate_section(stage, payload.setdefault("stage", {}))
+        except cfgmod.ConfigError as exc:
+            raise SystemExit(f"scripts/{stage}.py: {exc}")
     extra = {k: v for k, v in vars(args).items()
-             if k not in ("config_json", "config_file", "out", "variant", "verbose")}
+             if k not in ("config_json", "payload", "config_file", "out", "variant", "verbose")}
     return StageContext(stage, args.variant, payload.get("stage", {}), payload.get("devices", {}),
                         args.out, extra)
 

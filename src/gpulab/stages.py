@@ -26,24 +26,68 @@ class StageSpec:
     title: str
     # "config": the stage's own `gpus` key ('all' or a count); "none": CPU-only, holds no GPU.
     gpus: str = "config"
+    # One process per rank (torchrun): on CPU its job takes a core per rank.
     multiprocess: bool = False
     devices_keys: tuple[str, ...] = SINGLE_PROCESS_KEYS
     tables: tuple[str, ...] = ()
+    # Job variants for (config, GPUs of the job host); the default is one job, "main". A stage with
+    # its own variants gets a job rule `<name>_variant` and a target rule `<name>` over them all.
     variants: Callable[[Mapping, int], list[str]] = main_only
-    # Module of its report section; None: the generic section.
+    # Module of its report section; None: its package's section.py, else
+    # gpulab.report.sections.<name>, else the generic section.
     section: str | None = None
     # Extra rules (a .smk file relative to the repo root) for a stage with more than one job shape.
     rules: str | None = None
+    # The rest shapes its generated rule. Paths are under results/, with {host} and {variant}.
+    result: str = "{stage}/{host}/{variant}.h5"
+    # Further named outputs of the job (`output_dirs` names those that are folders), and named
+    # inputs other rules make; `args` passes them to the script ({input.<name>}, {output.<name>}).
+    outputs: Mapping[str, str] = field(default_factory=dict)
+    output_dirs: tuple[str, ...] = ()
+    inputs: Mapping[str, str] = field(default_factory=dict)
+    args: str = ""
+    # Results of its extra rules that the report reads as well.
+    extra_results: tuple[str, ...] = ()
 
     @property
     def package(self) -> str:
         return f"gpulab.{self.name}"
 
+    @property
+    def has_variants(self) -> bool:
+        return self.variants is not main_only
+
+    def _file(self, name: str):
+        # Through the light top-level package: resources.files(self.package) would import the
+        # stage's package (torch and all) where only a data file is wanted.
+        return resources.files("gpulab").joinpath(self.name, name)
+
     def schema_text(self) -> str:
-        return resources.files(self.package).joinpath("schema.yaml").read_text()
+        return self._file("schema.yaml").read_text()
 
     def section_module(self) -> str:
-        return self.section or f"gpulab.report.sections.{self.name}"
+        """``section`` where set, else the stage's own ``section.py``, else the report package's."""
+        if self.section:
+            return self.section
+        if self._file("section.py").is_file():
+            return f"{self.package}.section"
+        return f"gpulab.report.sections.{self.name}"
+
+    def path(self, template: str, host: str, variant: str = "{variant}") -> str:
+        """``template`` (under results/) for ``host``; by default {variant} stays a wildcard."""
+        return "results/" + template.format(stage=self.name, host=host, variant=variant)
+
+    def final_results(self, config: Mapping, host: str, host_gpus: int) -> list[str]:
+        """Every result file of this stage on ``host``: what its target rule and the report need."""
+        return ([self.path(self.result, host, v) for v in self.variants(config, host_gpus)]
+                + [self.path(t, host) for t in self.extra_results])
+
+    def payload(self, config: Mapping) -> dict:
+        """What a job of this stage reads: its section and the `devices` keys it uses, no more, so
+        that a change anywhere else does not rerun it. `validated`: this is a slice of a config
+        validated as a whole (see gpulab.stage.context_from_args)."""
+        devices = {k: config["devices"][k] for k in self.devices_keys if k in config["devices"]}
+        return {"stage": config[self.name], "devices": devices, "validated": True}
 
 
 def _collectives_variants(config: Mapping, host_gpus: int) -> list[str]:
@@ -57,17 +101,22 @@ def _train_variants(config: Mapping, host_gpus: int) -> list[str]:
 
 
 STAGES: dict[str, StageSpec] = {s.name: s for s in [
-    StageSpec("probe", "Hardware probe", tables=("gpus", "host", "links")),
-    StageSpec("data", "Data loading", gpus="none", tables=("loads", "checks")),
+    StageSpec("probe", "Hardware probe", tables=("gpus", "host", "links"), result="probe/{host}.h5",
+              outputs={"json": "probe/{host}.json", "md": "probe/{host}.md"}),
+    StageSpec("data", "Data loading", gpus="none", tables=("loads", "checks"),
+              rules="workflow/rules/data.smk", outputs={"files": "data/{host}/files"},
+              output_dirs=("files",), args="--files-dir {output.files}"),
     StageSpec("transfer", "Transfers and bandwidth", tables=("p2p", "bars", "checks")),
-    StageSpec("kernels", "Kernels", tables=("divide", "split", "bars", "checks")),
+    StageSpec("kernels", "Kernels", tables=("divide", "split", "bars", "checks"),
+              rules="workflow/rules/kernels.smk", extra_results=("kernels/{host}/jobs.h5",)),
     StageSpec("collectives", "Collectives", multiprocess=True, devices_keys=MULTI_PROCESS_KEYS,
               tables=("library", "handwritten", "bars", "checks"), variants=_collectives_variants),
     StageSpec("sort", "Multi-device sorting", tables=("runs", "phases", "bars", "checks")),
     StageSpec("gemm", "Multi-device GEMM", multiprocess=True, devices_keys=MULTI_PROCESS_KEYS,
               tables=("single", "multi", "bars", "checks")),
     StageSpec("train", "Parallel training", multiprocess=True, devices_keys=MULTI_PROCESS_KEYS,
-              tables=("steps", "bars", "checks"), variants=_train_variants),
+              tables=("steps", "bars", "checks"), variants=_train_variants,
+              inputs={"digits": "data/{host}/train/digits.h5"}, args="--data {input.digits}"),
 ]}
 
 ORDER = list(STAGES)

@@ -1,4 +1,4 @@
-# Helpers shared by all rules: config validation, host label, GPU counts, config slices.
+# Helpers shared by all rules: config validation, host label, GPU counts, config payloads, code.
 import json
 import sys
 
@@ -7,13 +7,12 @@ from snakemake.exceptions import WorkflowError
 from gpulab import config as gpulab_config
 from gpulab import results as gpulab_results
 from gpulab import slots as gpulab_slots
+from gpulab import stages as gpulab_stages
 
+# The one validation of the config (defaults filled in). Jobs get slices of it marked validated, so
+# the stage scripts do not validate again.
 try:
-    gpulab_config.validate(
-        config,
-        Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml",
-        [str(f) for f in workflow.configfiles],
-    )
+    gpulab_config.validate(config, None, [str(f) for f in workflow.configfiles])
 except gpulab_config.ConfigError as exc:
     raise WorkflowError(str(exc)) from None
 
@@ -22,6 +21,7 @@ PY = sys.executable
 SCRIPTS = os.path.relpath(Path(workflow.basedir) / "scripts")
 SLOT = f"{PY} -m gpulab.slots"
 BACKEND = config["devices"]["backend"]
+BASE = Path(os.path.relpath(workflow.basedir))
 
 # GPUs a job host can give to jobs: config devices.gpus (cluster submit hosts), else the slot pool
 # (GPULAB_GPU_POOL, else CUDA_VISIBLE_DEVICES, else every GPU detected here).
@@ -35,12 +35,11 @@ if BACKEND == "cuda" and HOST_GPUS == 0:
 if "gpu" not in workflow.global_resources:
     workflow.register_resource("gpu", HOST_GPUS)
 
-# Every stage appends its final outputs here; the report depends on all of them.
-STAGE_RESULTS = []
-
 
 def gpus_for(stage):
     """Concrete GPU count a stage's jobs ask for, checked against what the host has."""
+    if gpulab_stages.get(stage).gpus == "none":
+        return 0
     want = config[stage].get("gpus", "all")
     if HOST_GPUS == 0:
         return 0
@@ -58,19 +57,38 @@ def gpus_for(stage):
     return want
 
 
+def write_payload(name, payload):
+    """Path of a file holding ``payload``, named by its hash: a rule passes the path as its param, so
+    the job reruns exactly when the payload changes, and the reason Snakemake prints stays one
+    line. The file is written once, atomically, and never rewritten (jobs may be reading it)."""
+    path = Path("results", "payloads", f"{name}-{gpulab_results.config_hash(payload)}.json")
+    if not path.exists():
+        gpulab_results.atomic_write_text(path, json.dumps(payload, sort_keys=True, indent=1) + "\n")
+    return str(path)
+
+
 def stage_payload(stage):
-    """The config slice a stage's jobs see: changing it reruns exactly that stage's jobs."""
-    return json.dumps({"stage": config[stage], "devices": config["devices"]}, sort_keys=True)
+    """The config payload of a stage's jobs: its section and the `devices` keys its spec reads."""
+    return write_payload(stage, gpulab_stages.get(stage).payload(config))
+
+
+def section_file(spec):
+    return BASE / "src" / Path(*spec.section_module().split(".")).with_suffix(".py")
 
 
 def stage_code(stage):
-    """Source files a stage depends on: editing them reruns the stage (and the report)."""
-    base = Path(os.path.relpath(workflow.basedir))
-    shared = [base / "src" / "gpulab" / f for f in
+    """Source files a stage depends on: editing them reruns the stage (and the report). Its schema
+    is one of them; its report section is the report's, not the stage's."""
+    shared = [BASE / "src" / "gpulab" / f for f in
               ("devices.py", "slots.py", "timing.py", "results.py", "stage.py", "launch.py")]
-    pkg = base / "src" / "gpulab" / stage
-    files = sorted(pkg.rglob("*.py")) if pkg.is_dir() else [pkg.with_suffix(".py")]
-    script = base / "scripts" / f"{stage}.py"
+    pkg = BASE / "src" / "gpulab" / stage
+    if pkg.is_dir():
+        files = sorted(p for p in pkg.rglob("*") if p.suffix == ".py" or p.name == "schema.yaml")
+    else:
+        files = [pkg.with_suffix(".py")]
+    if stage in gpulab_stages.STAGES:
+        files = [p for p in files if p != section_file(gpulab_stages.get(stage))]
+    script = BASE / "scripts" / f"{stage}.py"
     return [str(p) for p in shared + files + [script] if p.exists()]
 
 
@@ -78,6 +96,43 @@ def stage_shell(stage, extra=""):
     """Shell command of a stage job: hold its GPU ids, run the script, keep a log."""
     return (
         f"{SLOT} --gpus {{resources.gpu}} -- {PY} {SCRIPTS}/{stage}.py "
-        f"--config-json {{params.cfg:q}} --variant {{params.variant}} --out {{output.h5}} {extra} "
+        f"--payload {{params.payload:q}} --variant {{params.variant}} --out {{output.h5}} {extra} "
         "2>&1 | tee {log}"
     )
+
+
+# The generated rules' command: a shell directive is evaluated again when its job runs, long after
+# the loop over the registry has moved on, so everything stage-specific comes from the job's params.
+STAGE_SHELL = stage_shell("{params.stage}", extra="{params.args}")
+
+
+def stage_args(spec):
+    """The stage's extra script arguments with the job's {input.<name>}/{output.<name>} filled in."""
+    return lambda wildcards, input, output: spec.args.format(input=input, output=output)
+
+
+def stage_threads(spec):
+    # Every rank is a busy process: on CPU a multi-process job takes as many cores as it has ranks.
+    return (gpus_for(spec.name) or config["devices"]["cpu_devices"]) if spec.multiprocess else 1
+
+
+def stage_output(spec, name, template):
+    path = spec.path(template, HOST)
+    return directory(path) if name in spec.output_dirs else path
+
+
+def stage_job(spec):
+    """Result file of one job of the stage ({variant} a wildcard where it has variants)."""
+    return spec.path(spec.result, HOST, "{variant}" if spec.has_variants else "main")
+
+
+def stage_log(spec):
+    return str(Path("results", "logs", *Path(stage_job(spec)).parts[1:]).with_suffix(".log"))
+
+
+def stage_result(spec):
+    path = stage_job(spec)
+    # A stage with a caption in workflow/report/ shows up in `snakemake --report`.
+    if Path(workflow.basedir, "workflow", "report", f"{spec.name}.rst").exists():
+        return report(path, caption=f"../report/{spec.name}.rst", category=spec.title)
+    return path

@@ -1,5 +1,5 @@
-# Data loading: training sets for the training stage, and the CSV/JSON/HDF5 load benchmark.
-# CPU-only (no GPU slot is held): loading is host work; host->device copies are the transfer stage.
+# Data beyond its generated rule (the CSV/JSON/HDF5 load benchmark): the training sets for the
+# training stage. CPU-only (no GPU slot is held): loading is host work.
 DATA_TRAIN_SETS = {
     "digits": f"results/data/{HOST}/train/digits.h5",
     "tabular": f"results/data/{HOST}/train/tabular.h5",
@@ -8,10 +8,8 @@ DATA_TRAIN_SETS = {
 
 # Only the code and config that shape the training sets: editing or resizing the benchmark must
 # not rebuild them (and so retrain everything downstream).
-DATA_TRAIN_CODE = [str(Path(os.path.relpath(workflow.basedir), "src", "gpulab", "data", f"{m}.py"))
+DATA_TRAIN_CODE = [str(BASE / "src" / "gpulab" / "data" / f"{m}.py")
                    for m in ("__init__", "api", "datasets", "errors", "formats", "train_sets")]
-DATA_TRAIN_CFG = json.dumps({"stage": {"seed": config["data"]["seed"],
-                                       "train": config["data"]["train"]}}, sort_keys=True)
 
 
 rule data_train:
@@ -21,33 +19,12 @@ rule data_train:
         digits=DATA_TRAIN_SETS["digits"],
         tabular=DATA_TRAIN_SETS["tabular"],
     params:
-        cfg=DATA_TRAIN_CFG,
+        payload=write_payload("data_train", {"stage": {"seed": config["data"]["seed"],
+                                                       "train": config["data"]["train"]}}),
     resources:
         gpu=0,
     log:
-        f"results/logs/data/{HOST}-train.log",
+        f"results/logs/data/{HOST}/train.log",
     shell:
-        f"{PY} {SCRIPTS}/data_train.py --config-json {{params.cfg:q}} "
+        f"{PY} {SCRIPTS}/data_train.py --payload {{params.payload:q}} "
         "--digits {output.digits} --tabular {output.tabular} 2>&1 | tee {log}"
-
-
-# The load benchmark: every dataset in every format, read back by every loader (CPU-only).
-DATA_H5 = f"results/data/{HOST}/main.h5"
-STAGE_RESULTS.append(DATA_H5)
-
-
-rule data:
-    input:
-        code=stage_code("data"),
-    output:
-        h5=DATA_H5,
-        files=directory(f"results/data/{HOST}/files"),
-    params:
-        cfg=stage_payload("data"),
-        variant="main",
-    resources:
-        gpu=0,
-    log:
-        f"results/logs/data/{HOST}-main.log",
-    shell:
-        stage_shell("data", extra="--files-dir {output.files}")

@@ -1,27 +1,10 @@
-# Kernels: the seed's divide kernel and its split over devices (one job holding all the stage's
-# GPUs), then K independent one-GPU kernel jobs that Snakemake and gpulab-slot spread over the GPUs,
-# and an aggregation showing where and when they ran.
+# Kernels beyond its generated rule (the divide kernel and its split over devices, one job holding
+# all the stage's GPUs): K independent one-GPU kernel jobs that Snakemake and gpulab-slot spread
+# over the GPUs, and an aggregation showing where and when they ran.
 KERNELS_DIR = f"results/kernels/{HOST}"
 KERNELS_JOBS = list(range(config["kernels"]["jobs"]["count"]))
 # One GPU per independent job where the host has GPUs; none (CPU kernel, no ids) where it has not.
 KERNELS_JOB_GPUS = min(1, HOST_GPUS)
-STAGE_RESULTS.extend([f"{KERNELS_DIR}/main.h5", f"{KERNELS_DIR}/jobs.h5"])
-
-
-rule kernels:
-    input:
-        code=stage_code("kernels"),
-    output:
-        h5=f"{KERNELS_DIR}/main.h5",
-    params:
-        cfg=stage_payload("kernels"),
-        variant="main",
-    resources:
-        gpu=gpus_for("kernels"),
-    log:
-        f"results/logs/kernels/{HOST}/main.log",
-    shell:
-        stage_shell("kernels")
 
 
 rule kernels_job:
@@ -32,7 +15,7 @@ rule kernels_job:
     wildcard_constraints:
         i=r"\d+",
     params:
-        cfg=stage_payload("kernels"),
+        payload=stage_payload("kernels"),
         variant="job{i}",
     resources:
         gpu=KERNELS_JOB_GPUS,
@@ -49,7 +32,7 @@ rule kernels_jobs:
     output:
         h5=f"{KERNELS_DIR}/jobs.h5",
     params:
-        cfg=stage_payload("kernels"),
+        payload=stage_payload("kernels"),
         variant="jobs",
     resources:
         gpu=0,

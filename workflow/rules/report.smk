@@ -1,24 +1,27 @@
 # The paper-style report: every result rendered into one self-contained HTML file, its figures as
 # PNGs (for `snakemake --report`), and a PDF printed by headless Chromium where Chromium is
 # installed. A GPU node without Chromium still gets the HTML; asking it for the PDF says why not.
-from gpulab.report import browser as gpulab_browser
+from gpulab import chromium as gpulab_chromium
 
 REPORT_HTML = "results/report/report.html"
 REPORT_PDF = "results/report/report.pdf"
 REPORT_FIGURES = "results/report/figures"
-REPORT_CHROMIUM = gpulab_browser.find_chromium()
+REPORT_CHROMIUM = gpulab_chromium.find_chromium()
 REPORT_NO_PDF = (
     "gpulab: no Chromium found, so results/report/report.pdf is not built (the HTML report is). "
     "Install it (Debian: apt-get install chromium) or point GPULAB_CHROMIUM at a Chromium binary."
 )
 if not REPORT_CHROMIUM:
     logger.warning(REPORT_NO_PDF)
+# The report's code: its package, and the section modules stages keep in their own packages.
+REPORT_CODE = sorted(set(stage_code("report")) | {
+    str(f) for f in map(section_file, gpulab_stages.STAGES.values()) if f.exists()})
 
 
 rule report:
     input:
         results=STAGE_RESULTS,
-        code=stage_code("report"),
+        code=REPORT_CODE,
     output:
         html=report(REPORT_HTML, caption="../report/report.rst", category="Report"),
         figures=report(directory(REPORT_FIGURES), patterns=["{name}.png"],
@@ -32,7 +35,7 @@ rule report:
     log:
         "results/logs/report/report.log",
     shell:
-        "{PY} {SCRIPTS}/report.py --results-dir results --inputs {input.results} "
+        f"{PY} {SCRIPTS}/report.py --results-dir results --inputs {{input.results}} "
         "--title {params.title:q} --out {output.html} --figures-dir {output.figures} {params.pdf} "
         "2>&1 | tee {log}"
 
@@ -44,5 +47,7 @@ if not REPORT_CHROMIUM:
             REPORT_PDF,
         params:
             why=REPORT_NO_PDF,
+        log:
+            "results/logs/report/report_pdf.log",
         shell:
-            "echo {params.why:q} >&2; exit 1"
+            "echo {params.why:q} | tee {log} >&2; exit 1"

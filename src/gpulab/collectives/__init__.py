@@ -18,7 +18,7 @@ from gpulab.collectives import variants as variantmod
 
 log = logging.getLogger("gpulab.collectives")
 WORKER = "gpulab.collectives.worker"
-SCHEMA = config.REPO_ROOT / "workflow" / "schemas" / "collectives.schema.yaml"
+SCHEMA = "collectives"  # its packaged schema, gpulab/collectives/schema.yaml
 
 
 def stage_config(section: dict) -> dict:

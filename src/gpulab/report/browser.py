@@ -10,12 +10,12 @@ import html
 import json
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
-CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+from gpulab.chromium import CANDIDATES, find_chromium
+
 # Everything that would reach the network or a desktop session is off: the report is self-contained.
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -24,14 +24,6 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
 
 class ChromiumMissing(RuntimeError):
     pass
-
-
-def find_chromium() -> str | None:
-    """Path of a Chromium binary; $GPULAB_CHROMIUM overrides (set it empty to disable)."""
-    env = os.environ.get("GPULAB_CHROMIUM")
-    if env is not None:
-        return shutil.which(env) if env else None
-    return next((p for p in map(shutil.which, CANDIDATES) if p), None)
 
 
 def _require() -> str:

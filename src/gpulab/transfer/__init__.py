@@ -19,7 +19,7 @@ from gpulab.transfer.measure import CONVENTIONS, ROW_UNITS
 
 log = logging.getLogger("gpulab.transfer")
 STAGE = "transfer"
-SCHEMA = results.REPO_ROOT / "workflow" / "schemas" / "transfer.schema.yaml"
+SCHEMA = "transfer"  # its packaged schema, gpulab/transfer/schema.yaml
 
 
 def full_config(section: dict) -> dict:

@@ -1,6 +1,9 @@
-"""One module per stage renders that stage's section; the report finds them by stage name.
+"""One module per stage renders that stage's section; the report finds it through the registry.
 
-The contract of ``gpulab.report.sections.<stage>``:
+A stage's section module is the one its spec names (:meth:`gpulab.stages.StageSpec.section_module`:
+``gpulab.<stage>.section`` for a stage that keeps its section in its own package, else
+``gpulab.report.sections.<stage>``); a stage without one gets the generic section. The report order
+is the registry's. The contract of a section module:
 
 - ``TITLE: str``
 - ``render(files: list[Path], figs: Figures) -> str``: HTML (figures, tables; hosts side by side)
@@ -20,16 +23,21 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable
 
-ORDER = ["probe", "data", "transfer", "kernels", "collectives", "sort", "gemm", "train"]
+from gpulab import stages
+
+ORDER = stages.ORDER
 
 log = logging.getLogger("gpulab.report")
 
 
 def module_for(stage: str) -> ModuleType | None:
+    """The stage's section module; None where it has none (a missing module, not a broken one)."""
+    name = (stages.STAGES[stage].section_module() if stage in stages.STAGES
+            else f"gpulab.report.sections.{stage}")
     try:
-        return importlib.import_module(f"gpulab.report.sections.{stage}")
+        return importlib.import_module(name)
     except ModuleNotFoundError as exc:
-        if exc.name == f"gpulab.report.sections.{stage}":
+        if exc.name == name:
             return None
         raise
 
