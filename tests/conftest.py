@@ -46,7 +46,11 @@ def snakemake(cwd: Path, *args: str, env: dict | None = None, timeout: float = 9
 def planned_rules(cwd: Path, *args: str, env: dict | None = None) -> dict[str, int]:
     """Rules (with job counts) a dry run would execute."""
     p = snakemake(cwd, "--cores", "2", "--dry-run", *args, env=env)
-    out = p.stdout + p.stderr
+    return job_counts(p.stdout + p.stderr)
+
+
+def job_counts(out: str) -> dict[str, int]:
+    """The job-count table of a Snakemake run's output."""
     counts: dict[str, int] = {}
     in_table = False
     for line in out.splitlines():

@@ -67,6 +67,28 @@ def test_config_change_reruns_only_that_stage_and_the_report(finished_run, tmp_p
         cfg.write_text(original)
 
 
+def test_multinode_setting_reruns_only_the_multiprocess_stages(finished_run):
+    from conftest import job_counts
+
+    wf = finished_run
+    cfg = wf / "config.yaml"
+    original = cfg.read_text()
+    try:
+        _set(wf, "devices", "nodes", {"master_addr": "10.0.0.9"})
+        p = snakemake(wf, "--cores", "2", "--dry-run",
+                      env={"GPULAB_HOST": "testhost", "GPULAB_GPU_POOL": ""})
+        out = p.stdout + p.stderr
+        # data, probe, transfer, kernels and sort never read devices.nodes: their jobs stay done.
+        assert set(job_counts(out)) == {"collectives_variant", "gemm", "train_variant", "report",
+                                        "all"}, out
+        # The rerun reason names the payload files, not the whole config slice.
+        reasons = [line for line in out.splitlines() if "reason:" in line]
+        assert reasons and all(len(line) < 400 for line in reasons), reasons
+        assert "10.0.0.9" not in out
+    finally:
+        cfg.write_text(original)
+
+
 def test_code_change_reruns_the_stage_it_touches(finished_run):
     wf = finished_run
     src = wf / "src" / "gpulab" / "probe" / "host.py"

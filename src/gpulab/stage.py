@@ -134,3 +134,21 @@ def stage_main(stage: str, run: Callable[[StageContext], results.Result], doc: s
     path = results.write(result, args.out)
     log.info("%s/%s: wrote %s", stage, ctx.variant, path)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m gpulab.stage <stage> --out ...``: the entry point of a stage that needs no
+    ``scripts/<stage>.py`` of its own, so that a new stage is its package and its spec entry. The
+    package provides ``run(ctx)``, its docstring is the help, and optional ``extra_args(ap)``."""
+    import importlib
+
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0].startswith("-"):
+        raise SystemExit("usage: python -m gpulab.stage <stage> [--help | stage arguments]")
+    mod = importlib.import_module(f"gpulab.{argv[0]}")
+    return stage_main(argv[0], mod.run, mod.__doc__, argv[1:],
+                      extra_args=getattr(mod, "extra_args", None))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

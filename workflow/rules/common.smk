@@ -92,18 +92,29 @@ def stage_code(stage):
     return [str(p) for p in shared + files + [script] if p.exists()]
 
 
-def stage_shell(stage, extra=""):
-    """Shell command of a stage job: hold its GPU ids, run the script, keep a log."""
+def stage_inputs(stage):
+    """A stage job's code inputs, its script (where it has one of its own) named `script`."""
+    script = Path(SCRIPTS, f"{stage}.py")
+    return {"code": stage_code(stage), **({"script": str(script)} if script.exists() else {})}
+
+
+def stage_entry(stage):
+    """How a stage's job starts: its own script, else gpulab's generic stage entry point. (A path
+    in params would have to be kept in step with the inputs by hand: lint says take it from them.)"""
+    if Path(SCRIPTS, f"{stage}.py").exists():
+        return lambda wildcards, input: input.script
+    return f"-m gpulab.stage {stage}"
+
+
+def stage_shell(extra=""):
+    """Shell command of a stage job: hold its GPU ids, run the stage, keep a log. Everything
+    stage-specific comes from the job's params: a shell directive is evaluated again when its job
+    runs, after a loop defining rules (stages.smk) has moved on."""
     return (
-        f"{SLOT} --gpus {{resources.gpu}} -- {PY} {SCRIPTS}/{stage}.py "
+        f"{SLOT} --gpus {{resources.gpu}} -- {PY} {{params.entry}} "
         f"--payload {{params.payload:q}} --variant {{params.variant}} --out {{output.h5}} {extra} "
         "2>&1 | tee {log}"
     )
-
-
-# The generated rules' command: a shell directive is evaluated again when its job runs, long after
-# the loop over the registry has moved on, so everything stage-specific comes from the job's params.
-STAGE_SHELL = stage_shell("{params.stage}", extra="{params.args}")
 
 
 def stage_args(spec):

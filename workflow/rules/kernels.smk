@@ -9,34 +9,36 @@ KERNELS_JOB_GPUS = min(1, HOST_GPUS)
 
 rule kernels_job:
     input:
-        code=stage_code("kernels"),
+        **stage_inputs("kernels"),
     output:
         h5=f"{KERNELS_DIR}/job{{i}}.h5",
     wildcard_constraints:
         i=r"\d+",
     params:
         payload=stage_payload("kernels"),
+        entry=stage_entry("kernels"),
         variant="job{i}",
     resources:
         gpu=KERNELS_JOB_GPUS,
     log:
         f"results/logs/kernels/{HOST}/job{{i}}.log",
     shell:
-        stage_shell("kernels")
+        stage_shell()
 
 
 rule kernels_jobs:
     input:
-        code=stage_code("kernels"),
+        **stage_inputs("kernels"),
         jobs=expand(f"{KERNELS_DIR}/job{{i}}.h5", i=KERNELS_JOBS),
     output:
         h5=f"{KERNELS_DIR}/jobs.h5",
     params:
         payload=stage_payload("kernels"),
+        entry=stage_entry("kernels"),
         variant="jobs",
     resources:
         gpu=0,
     log:
         f"results/logs/kernels/{HOST}/jobs.log",
     shell:
-        stage_shell("kernels", extra="--jobs {input.jobs}")
+        stage_shell(extra="--jobs {input.jobs}")

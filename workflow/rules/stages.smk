@@ -11,7 +11,7 @@ for _spec in gpulab_stages.STAGES.values():
         name:
             f"{_spec.name}_variant" if _spec.has_variants else _spec.name
         input:
-            code=stage_code(_spec.name),
+            **stage_inputs(_spec.name),
             **{k: _spec.path(t, HOST) for k, t in _spec.inputs.items()},
         output:
             h5=stage_result(_spec),
@@ -21,7 +21,7 @@ for _spec in gpulab_stages.STAGES.values():
         params:
             payload=stage_payload(_spec.name),
             variant="{variant}" if _spec.has_variants else "main",
-            stage=_spec.name,
+            entry=stage_entry(_spec.name),
             args=stage_args(_spec),
         threads: stage_threads(_spec)
         resources:
@@ -29,7 +29,7 @@ for _spec in gpulab_stages.STAGES.values():
         log:
             stage_log(_spec),
         shell:
-            STAGE_SHELL
+            stage_shell(extra="{params.args}")
 
     if _spec.has_variants:
 
