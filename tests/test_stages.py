@@ -168,8 +168,13 @@ def test_a_registered_stage_gets_its_rule_schema_section_and_place_in_the_report
                         "print(s.ORDER[-1], s.Section.load('tiny').module.__name__)"],
                        cwd=wf, capture_output=True, text=True, env=env)
     assert p.stdout.split() == ["tiny", "gpulab.tiny.section"], p.stderr
-    # Its rule: in the plan of `snakemake` (the report reads it) and a target of its own.
-    assert job_counts(snakemake(wf, "--cores", "1", "--dry-run", env=env).stdout)["tiny"] == 1
+    # Its rule: in the plan of `snakemake` (the report reads it) and a target of its own. Its
+    # section is the report's code, not the stage's: editing it reruns only the report.
+    out = snakemake(wf, "--cores", "1", "--dry-run", env=env).stdout
+    assert job_counts(out)["tiny"] == 1
+    inputs = dict(re.findall(r"^(?:local)?rule (\w+):\n\s+input: ([^\n]*)", out, re.M))
+    assert "src/gpulab/tiny/schema.yaml" in inputs["tiny"]
+    assert "section.py" not in inputs["tiny"] and "src/gpulab/tiny/section.py" in inputs["report"]
     assert job_counts(snakemake(wf, "--cores", "1", "--dry-run", "tiny", env=env).stdout) == {
         "tiny": 1}
     # Its schema: defaults in the job's payload, and a bad value named at its file:line and key.
