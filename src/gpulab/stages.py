@@ -34,6 +34,12 @@ class StageSpec:
     section: str | None = None
     # Extra rules (a .smk file relative to the repo root) for a stage with more than one job shape.
     rules: str | None = None
+    # Host sharing: a timing-sensitive job's figures suffer from CPU-heavy jobs beside it on the same
+    # host (the data stage ran beside transfer and GEMM on an H200). Unless config
+    # `quiet_host: false`, the rules keep the two apart (see workflow/rules/common.smk,
+    # `host_resources`).
+    timing_sensitive: bool = False
+    cpu_heavy: bool = False
 
     @property
     def package(self) -> str:
@@ -57,10 +63,19 @@ def _train_variants(config: Mapping, host_gpus: int) -> list[str]:
 
 
 STAGES: dict[str, StageSpec] = {s.name: s for s in [
-    StageSpec("probe", "Hardware probe", tables=("gpus", "host", "links")),
-    StageSpec("data", "Data loading", gpus="none", tables=("loads", "checks")),
-    StageSpec("transfer", "Transfers and bandwidth", tables=("p2p", "bars", "checks")),
-    StageSpec("kernels", "Kernels", tables=("divide", "split", "bars", "checks")),
+    # tables: those every result of the stage has (GPU-only tables such as transfer's p2p_sweep
+    # come on GPU hosts only; kernels' job variants write job/jobs tables of their own).
+    StageSpec("probe", "Hardware probe", tables=("host", "numa", "software", "gpus", "not_applicable"),
+              section="gpulab.probe.section"),
+    StageSpec("data", "Data loading", gpus="none",
+              tables=("loads", "writes", "datasets", "checks", "not_applicable"),
+              section="gpulab.data.section", cpu_heavy=True),
+    StageSpec("transfer", "Transfers and bandwidth",
+              tables=("host_memcpy", "host_threads", "p2p", "bars", "checks", "not_applicable"),
+              section="gpulab.transfer.section", timing_sensitive=True),
+    StageSpec("kernels", "Kernels",
+              tables=("divide", "split", "split_phases", "bars", "checks", "not_applicable"),
+              section="gpulab.kernels.section", timing_sensitive=True),
     StageSpec("collectives", "Collectives", multiprocess=True, devices_keys=MULTI_PROCESS_KEYS,
               tables=("library", "handwritten", "bars", "checks"), variants=_collectives_variants),
     StageSpec("sort", "Multi-device sorting", tables=("runs", "phases", "bars", "checks")),
