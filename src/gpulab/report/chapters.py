@@ -131,6 +131,13 @@ def comparison(sections: list[tuple[Section, list[Path]]], files: list[Path],
 
     bars = results.collect(files, outcomes.BARS)
     parts.append(f"<h3>{number}.1 Performance bars</h3>")
+    if not bars.empty:
+        bars = bars.reindex(columns=list(dict.fromkeys(list(bars.columns) + outcomes.BAR_COLUMNS)))
+        old = bars[bars["verdict"].isna()]
+        if len(old):  # written before the one vocabulary: named, not mixed into the table
+            parts.append(note("Bars without a verdict (not in the result vocabulary) left out: " + ", ".join(
+                sorted({f"{r.stage} on {r.host}" for r in old.itertuples()}))))
+            bars = bars.drop(old.index)
     if bars.empty:
         parts.append(note(f"No stage recorded a performance bar (table '{outcomes.BARS}')."))
     else:
