@@ -34,6 +34,7 @@ def test_independent_jobs_spread_over_the_pool_and_overlap(jobs_run):
     s = results.read_table(d / "jobs.h5", "summary").iloc[0]
     # Both processes held their GPU at once (Snakemake started them together: 2 ids, 2 cores).
     assert s["devices_used"] == 2 and s["host_gpus"] == 2 and s["max_concurrency"] == 2
-    bars = results.read_table(d / "jobs.h5", "bars")
-    assert (bars["passed"] == "True").all(), bars
+    checks = results.read_table(d / "jobs.h5", "checks")
+    assert set(checks["check"]) == {"jobs spread over GPUs", "jobs ran concurrently", "output exact vs numpy"}
+    assert (checks["verdict"] == "pass").all(), checks
     assert (jobs_run / "results/logs/kernels/khost/job0.log").exists()
