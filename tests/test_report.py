@@ -270,10 +270,14 @@ def test_cli_strict_exit_status_and_missing_input(two_hosts, fake_section, tmp_p
 
 
 def test_real_sections_follow_the_contract():
-    names = [m.name for m in pkgutil.iter_modules(sections.__path__)]
-    assert {"probe", "generic"} <= set(names)
+    from gpulab import stages
+
+    names = [f"gpulab.report.sections.{m.name}" for m in pkgutil.iter_modules(sections.__path__)]
+    # A stage's section lives with its stage where the registry says so.
+    names += [s.section_module() for s in stages.STAGES.values() if s.section_module() not in names]
+    assert {"gpulab.probe.section", "gpulab.report.sections.generic"} <= set(names)
     for name in names:
-        mod = importlib.import_module(f"gpulab.report.sections.{name}")
+        mod = importlib.import_module(name)
         assert isinstance(mod.TITLE, str) and mod.TITLE, name
         assert isinstance(mod.METHODS, str) and mod.METHODS.strip(), name
         assert callable(mod.render) and callable(mod.headlines), name
