@@ -70,6 +70,12 @@ def stage_code(stage):
               ("devices.py", "slots.py", "timing.py", "results.py", "stage.py", "launch.py")]
     pkg = base / "src" / "gpulab" / stage
     files = sorted(pkg.rglob("*.py")) if pkg.is_dir() else [pkg.with_suffix(".py")]
+    # A stage's report section (<stage>/section.py) is the report's code: editing it reruns the
+    # report, not the stage's measurements.
+    if stage == "report":
+        files += sorted((base / "src" / "gpulab").glob("*/section.py"))
+    else:
+        files = [f for f in files if f.name != "section.py"]
     script = base / "scripts" / f"{stage}.py"
     return [str(p) for p in shared + files + [script] if p.exists()]
 
