@@ -24,6 +24,7 @@ rule data_train:
         cfg=DATA_TRAIN_CFG,
     resources:
         gpu=0,
+        host_quiet=host_quiet("data"),
     log:
         f"results/logs/data/{HOST}-train.log",
     shell:
@@ -47,6 +48,7 @@ rule data:
         variant="main",
     resources:
         gpu=0,
+        host_quiet=host_quiet("data"),
     log:
         f"results/logs/data/{HOST}-main.log",
     shell:

@@ -18,6 +18,7 @@ rule kernels:
         variant="main",
     resources:
         gpu=gpus_for("kernels"),
+        host_quiet=host_quiet("kernels"),
     log:
         f"results/logs/kernels/{HOST}/main.log",
     shell:
@@ -36,6 +37,7 @@ rule kernels_job:
         variant="job{i}",
     resources:
         gpu=KERNELS_JOB_GPUS,
+        host_quiet=host_quiet("kernels"),
     log:
         f"results/logs/kernels/{HOST}/job{{i}}.log",
     shell:

@@ -13,6 +13,7 @@ rule transfer:
         variant="main",
     resources:
         gpu=gpus_for("transfer"),
+        host_quiet=host_quiet("transfer"),
     log:
         f"results/logs/transfer/{HOST}/main.log",
     shell:
