@@ -209,30 +209,25 @@ def _case(table: str, row: pd.Series) -> str:
     return f"{table}: " + ", ".join(keys)
 
 
+def _per_row(tables: dict[str, pd.DataFrame], column: str, make) -> list[Check]:
+    """``make(case, row)`` for every row of every table that has ``column``."""
+    return [make(_case(name, row), row) for name, df in tables.items()
+            if df is not None and len(df) and column in df.columns for _, row in df.iterrows()]
+
+
 def copy_checks(tables: dict[str, pd.DataFrame]) -> list[Check]:
     """One check per measured row: its destination read back equal to the source."""
-    out = []
-    for name, df in tables.items():
-        if df is None or not len(df) or "verified" not in df.columns:
-            continue
-        for _, row in df.iterrows():
-            out.append(Check.of("copy verified", _case(name, row), bool(row["verified"]),
-                                note="destination read back and compared byte for byte"))
-    return out
+    return _per_row(tables, "verified", lambda case, row: Check.of(
+        "copy verified", case, bool(row["verified"]), note="destination read back and compared byte for byte"))
 
 
 def spin_checks(tables: dict[str, pd.DataFrame]) -> list[Check]:
     """One check per spin-kernel sample set: no sample left invalid by a spin-kernel timeout."""
-    out = []
-    for name, df in tables.items():
-        if df is None or not len(df) or "spin_timeouts" not in df.columns:
-            continue
-        for _, row in df.iterrows():
-            n = int(row["spin_timeouts"])
-            out.append(Check.of("spin kernel held the stream", _case(name, row), n == 0, value=n,
-                                bound=0, note="samples still timed out after retries (dropped)"
-                                if n else "no sample timed out"))
-    return out
+    def check(case, row):
+        n = int(row["spin_timeouts"])
+        return Check.of("spin kernel held the stream", case, n == 0, value=n, bound=0,
+                        note="samples still timed out after retries (dropped)" if n else "no sample timed out")
+    return _per_row(tables, "spin_timeouts", check)
 
 
 def isolation_check(n_gpus: int, pairs_checked: int, ok: bool, text: str) -> Check:
