@@ -282,6 +282,8 @@ def test_p2p_bars_use_the_pairs_link_and_fail_when_slow():
     pc = bars.p2p_bars(_diag_rows(10.0), ["NVIDIA GeForce RTX 4090"] * 2, pcie)
     assert all(b.verdict == "fail" and "PCIe" in b.note for b in pc)  # 10 of 31.5 GB/s
     assert {b.verdict for b in bars.p2p_bars(rows, names, [{}, {}])} == {"not_applicable"}
+    one = bars.p2p_bars(rows[rows.src == rows.dst], ["NVIDIA H200"], LINKS_NV18[:1])
+    assert [b.verdict for b in one] == ["not_applicable"] and "needs >= 2 GPUs" in one[0].note
 
 
 def test_nvlink_share_of_a_pair():
@@ -353,3 +355,11 @@ def test_report_section_renders_cpu_and_gpu_results(cpu_result, gpu_result):
     assert "4300" not in sec.METHODS and not hasattr(sec, "H200_TORCH_D2D_GBPS")
     assert not ref.metric.str.contains("cpuhost").any()  # CPU results have no GPU references
     assert "<p>" in sec.METHODS and "read + write" in sec.METHODS
+
+
+def test_isolation_check_fails_when_peer_access_leaked():
+    assert bars.isolation_check(1, 0, True, "a single GPU has no peer").verdict == "not_applicable"
+    assert bars.isolation_check(2, 2, True, "stayed off").verdict == "pass"
+    leaked = bars.isolation_check(2, 2, False, "CONTAMINATED: peer access was on for ['0->1']")
+    assert leaked.verdict == "fail" and "CONTAMINATED" in leaked.note
+    assert outcomes.overall({"checks": outcomes.checks_frame([leaked])})["verdict"] == "fail"

@@ -46,6 +46,9 @@ def divide_bars(kind: str, name: str, div: pd.DataFrame) -> list[Bar]:
     for bar, mine, ref, thr, source, note in pairs:
         if kind != "cuda":
             out.append(Bar.not_applicable(bar, NO_CUDA, unit="GB/s"))
+        elif g[mine] is None or g[ref] is None:
+            out.append(Bar.not_applicable(bar, f"variant {mine if g[mine] is None else ref} was not run "
+                                               "(kernels.variants)", unit="GB/s"))
         else:
             out.append(Bar.measure(bar, g[mine], g[ref], source=source, threshold=thr, unit="GB/s",
                                    note=f"{note}; {RW}"))
@@ -63,6 +66,8 @@ def divide_bars(kind: str, name: str, div: pd.DataFrame) -> list[Bar]:
                                           unit="GB/s"))
         elif not lim.known:
             out.append(Bar.not_applicable(bar, lim.reason, unit="GB/s"))
+        elif measured is None:
+            out.append(Bar.not_applicable(bar, "no hand-written kernel was run (kernels.variants)", unit="GB/s"))
         elif resident:
             out.append(Bar.not_applicable(bar, "the largest size fits in L2: that measures the cache, "
                                                "not memory; add a larger kernels.sizes_bytes", unit="GB/s"))

@@ -129,6 +129,9 @@ def p2p_bars(p2p_rows: pd.DataFrame, names: list[str], links: list[dict]) -> lis
     """One bar per ordered GPU pair with peer access: P2P=Enabled copy-engine bandwidth vs its link."""
     r = p2p_rows
     uni = r[(r.test == "uni") & (r.mechanism == "ce") & (r.p2p == "enabled") & (r.src != r.dst)]
+    if uni.empty:
+        return [Bar.not_applicable("P2P per GPU pair vs link limit",
+                                   f"needs >= 2 GPUs ({len(names)} visible)", unit="GB/s")]
     out = []
     for m in uni.sort_values(["src", "dst"]).itertuples():
         i, j = int(m.src), int(m.dst)
