@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulab import results
+from gpulab import outcomes, results, stages
 from gpulab.data.stage import main
 from gpulab.report.html import Figures
 
@@ -39,7 +39,7 @@ def test_result_tables_and_checks(result):
     # 150 rows is over text_max_rows: HDF5 only; the others get every format
     assert set(loads[loads["dataset"] == "tabular-150x4"]["format"]) == {"h5", "h5-lzf"}
     assert len(loads[loads["dataset"] == "tabular-60x4"]) == 3 + 1 + 1 + 2 + 2
-    assert loads["round_trip_ok"].all()
+    assert (loads["round_trip"] == "pass").all()
     assert (loads["load_s_median"] > 0).all() and (loads["file_bytes"] > 0).all()
     assert (loads["load_s_min"] <= loads["load_s_median"]).all()
     assert (loads["peak_mem_bytes"] >= 0).all()
@@ -47,14 +47,18 @@ def test_result_tables_and_checks(result):
     assert (stream["first_batch_rows"] <= 32).all()
     assert loads.attrs["units"]["file_MBps"].startswith("MB/s")
     checks = results.read_table(result, "checks")
-    assert len(checks) == len(loads) and checks["passed"].all()
+    assert list(checks.columns) == outcomes.CHECK_COLUMNS and (checks["check"] == "round trip").all()
+    assert len(checks) == len(loads) and (checks["verdict"] == "pass").all()
+    assert "tabular-60x4 csv/pandas" in set(checks["case"])
     writes = results.read_table(result, "writes")
     assert set(writes["format"]) == set(TINY["formats"])
     files = sorted(p.name for p in (result.parent / "files").iterdir())
     assert "tabular-60x4.csv" in files and "images-9x1x4x4.lzf.hdf5" in files
     assert "tabular-150x4.hdf5" in files and "tabular-150x4.csv" not in files
     a = results.read_attrs(result)
-    assert a["stage"] == "data" and a["device_kind"] == "cpu" and a["checks_passed"]
+    assert a["stage"] == "data" and a["device_kind"] == "cpu" and a["verdict"] == "pass"
+    assert "checks_passed" not in a and a["verdict_summary"].startswith(f"{len(loads)} of {len(loads)} checks")
+    assert set(stages.get("data").tables) <= set(results.list_contents(result)["tables"])
 
 
 def test_external_input_is_benchmarked(tmp_path, result):
@@ -66,6 +70,10 @@ def test_external_input_is_benchmarked(tmp_path, result):
     loads = results.read_table(out, "loads")
     ext = loads[loads["kind"] == "external"]
     assert list(ext["dataset"]) == ["tabular-60x4.jsonl"] and ext["rows"].iloc[0] == 60
+    # nothing to compare an external file with: its round trip is not applicable, never a pass
+    assert list(ext["round_trip"]) == ["not_applicable"]
+    na = results.read_table(out, "not_applicable")
+    assert len(na) == 1 and "no reference" in na["reason"].iloc[0]
 
 
 def test_bad_input_fails_the_job_and_leaves_nothing(tmp_path, capsys):
@@ -84,7 +92,10 @@ def test_bad_input_fails_the_job_and_leaves_nothing(tmp_path, capsys):
 
 
 def test_report_section_renders_and_has_headlines(result):
-    from gpulab.report.sections import data as section
+    import importlib
+
+    section = importlib.import_module(stages.get("data").section_module())
+    assert section.__name__ == "gpulab.data.section"
 
     figs = Figures()
     html = section.render([result], figs)
@@ -121,3 +132,19 @@ def test_sigterm_leaves_no_temporaries(tmp_path):
     finally:
         p.kill()
     assert list((tmp_path / "res").iterdir()) == []
+
+
+def test_a_loader_returning_other_data_fails_its_round_trip_check(tmp_path):
+    from gpulab.data import bench, datasets, formats
+
+    case = bench.Case("tabular", datasets.tabular(40, 3, 2, seed=1))
+    cfg = {"batch_rows": 16, "repeats": 1, "warmup": 0}
+    path, _ = bench.write_case(case, "csv", tmp_path, cfg)
+    row, ok = bench.load_case(case, case.data.name, "tabular", path, "csv", "pandas",
+                              formats.Schema.of(case.data), cfg)
+    assert ok.verdict == "pass" and row["round_trip"] == "pass"
+    case.data.x[3, 1] += 1.0  # the file now disagrees with what the reference says was written
+    row, bad = bench.load_case(case, case.data.name, "tabular", path, "csv", "pandas",
+                               formats.Schema.of(case.data), cfg)
+    assert bad.verdict == "fail" and "MISMATCH: x equal False" in bad.note and row["round_trip"] == "fail"
+    assert outcomes.overall({"checks": outcomes.checks_frame([ok, bad])})["verdict"] == "fail"

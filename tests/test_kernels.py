@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from gpulab import config as cfgmod
-from gpulab import results
+from gpulab import outcomes, results, stages
 from gpulab.devices import cpu_devices
 from gpulab.kernels import divide, jobs, settings, split
 from gpulab.kernels.streams import CpuStream
@@ -149,14 +149,17 @@ def test_max_concurrency_counts_open_intervals():
     assert jobs.max_concurrency([0, 10], [5, 15]) == 1
 
 
-def test_job_bars():
-    cpu = jobs.job_bars(4, 0, 0, 2)
-    assert (cpu["passed"] == "n/a").all() and cpu["note"].str.contains("CPU host").all()
-    one = jobs.job_bars(4, 1, 1, 1).set_index("bar")
-    assert one.loc["independent jobs spread over GPUs", "passed"] == "True"
-    assert one.loc["independent jobs ran concurrently", "passed"] == "n/a"
-    two = jobs.job_bars(4, 2, 2, 1).set_index("bar")
-    assert two.loc["independent jobs ran concurrently", "passed"] == "False"
+def test_job_checks():
+    cpu, na = jobs.job_checks(4, 0, 0, 2)
+    assert [c.verdict for c in cpu] == ["not_applicable"] * 2 and all("CPU host" in c.note for c in cpu)
+    assert [n.what for n in na] == ["jobs spread over GPUs", "jobs ran concurrently"]
+    one = {c.check: c for c in jobs.job_checks(4, 1, 1, 1)[0]}
+    assert one["jobs spread over GPUs"].verdict == "pass"
+    assert one["jobs ran concurrently"].verdict == "not_applicable"
+    two = {c.check: c for c in jobs.job_checks(4, 2, 2, 1)[0]}
+    assert two["jobs ran concurrently"].verdict == "fail" and two["jobs ran concurrently"].bound == 2
+    spread = {c.check: c for c in jobs.job_checks(4, 2, 1, 2)[0]}  # both jobs on one id
+    assert spread["jobs spread over GPUs"].verdict == "fail"
 
 
 def test_settings_fill_defaults_and_name_bad_keys():
@@ -205,25 +208,32 @@ def monkeypatch_module():
 def test_main_result_on_cpu(stage_results):
     main, _, _ = stage_results
     a = results.read_attrs(main)
-    assert a["device_kind"] == "cpu" and a["all_verified"] is True
+    assert a["device_kind"] == "cpu" and a["verdict"] == "pass" and "all_verified" not in a
     assert a["variants_not_applicable"] == ["naive", "vec8", "vec16"]
     div = results.read_table(main, "divide")
     assert set(div["variant"]) == {"copy", "numpy", "torch"} and div["verified"].all()
-    assert div.attrs["units"]["gbps"].startswith("GB/s")
-    assert set(results.list_contents(main)["tables"]) >= {"divide", "split", "split_phases", "bars"}
+    assert div.attrs["units"]["gbps"].startswith("GB/s") and not div["cache_resident"].any()
+    assert div.attrs["units"]["size_bytes"] == outcomes.UNITS["size_bytes"]
+    assert set(results.list_contents(main)["tables"]) >= set(stages.get("kernels").tables)
+    checks = results.read_table(main, "checks")
+    assert len(checks) == len(div) + 8 and (checks["verdict"] == "pass").all()  # 8 split modes
     bars = results.read_table(main, "bars").set_index("bar")
-    assert list(results.read_table(main, "bars").columns) == [
-        "bar", "measured", "reference", "ratio", "threshold", "passed", "unit", "note"]
-    assert bars.loc["vec16 divide vs same-size copy (largest size)", "passed"] == "n/a"
+    assert list(results.read_table(main, "bars").columns) == outcomes.BAR_COLUMNS
+    assert bars.loc["vec16 divide vs same-size copy (largest size)", "verdict"] == "not_applicable"
     assert bars.loc["split over all devices vs one device (speed-up / N)", "measured"] > 0
+    assert set(results.read_table(main, "not_applicable")["what"]) >= {"divide variant vec16"}
 
 
 def test_jobs_on_a_cpu_host_record_no_ids(stage_results):
     _, job_files, agg = stage_results
     a = results.read_attrs(job_files[0])
     assert a["device_ids"] == "" and "no GPU ids" in a["note"] and a["host_gpu_pool"] == []
+    assert results.read_table(job_files[0], "checks")["verdict"].tolist() == ["pass"]
     j = results.read_table(agg, "jobs")
     assert list(j["job"]) == [0, 1] and (j["device_ids"] == "").all() and j["verified"].all()
+    ch = results.read_table(agg, "checks").set_index("check")
+    assert ch.loc["jobs spread over GPUs", "verdict"] == "not_applicable"
+    assert results.read_attrs(agg)["verdict"] == "pass"  # the two jobs' outputs, exact
     assert (j["end_s"] > j["start_s"]).all() and (j["start_s"] >= j["launch_s"]).all()
     s = results.read_table(agg, "summary").iloc[0]
     assert s["jobs"] == 2 and s["host_gpus"] == 0 and s["devices_used"] == 0
@@ -231,8 +241,12 @@ def test_jobs_on_a_cpu_host_record_no_ids(stage_results):
 
 
 def test_report_section_renders_cpu_results(stage_results):
+    import importlib
+
     from gpulab.report.html import Figures
-    from gpulab.report.sections import kernels as section
+
+    section = importlib.import_module(stages.get("kernels").section_module())
+    assert section.__name__ == "gpulab.kernels.section"
 
     main, job_files, agg = stage_results
     figs = Figures()
@@ -313,31 +327,81 @@ def test_vector_kernels_compile_to_single_8_and_16_byte_loads(tmp_path):
     assert "ld.global.nc.v4.u32" in bodies["divide_vec16"] and "st.global.v4" in bodies["divide_vec16"]
 
 
-def test_gpu_bars_from_measured_tables():
-    """The bar logic on tables shaped like a 2-GPU run (values made up, the arithmetic is checked)."""
+def _gpu_tables(vec16=3700.0, copy=3800.0, pipelined_wall=0.04, two_dev_wall=0.05, resident=False):
+    """Tables shaped like a 2-GPU run (values made up; the arithmetic is checked)."""
     import pandas as pd
 
-    from gpulab.kernels import main_bars
-
     div = pd.DataFrame({"variant": ["copy", "naive", "vec8", "vec16", "torch"],
-                        "size_bytes": [1 << 30] * 5, "gbps": [3800.0, 2000, 3000, 3420, 3000]})
+                        "size_bytes": [1 << 30] * 5, "gbps": [copy, 2000, 3000, vec16, 3000],
+                        "cache_resident": [resident] * 5})
     rows = []
     for devices, threads, chunks, pinned, wall in [
-            (1, "per_device", 1, True, 0.08), (2, "per_device", 1, True, 0.05),
-            (2, "single", 1, True, 0.06), (2, "per_device", 8, True, 0.04),
+            (1, "per_device", 1, True, 0.085), (2, "per_device", 1, True, two_dev_wall),
+            (2, "single", 1, True, 0.06), (2, "per_device", 8, True, pipelined_wall),
             (2, "per_device", 1, False, 0.2)]:
         rows.append({"devices": devices, "threads": threads, "chunks": chunks, "pinned": pinned,
                      "wall_s_median": wall, "gbps": 1.0 / wall})
-    bars = main_bars("cuda", "NVIDIA H200", 2, div, pd.DataFrame(rows)).set_index("bar")
-    assert bars.loc["vec16 divide vs same-size copy (largest size)", "ratio"] == pytest.approx(0.9)
-    assert bars.loc["vec16 divide vs same-size copy (largest size)", "passed"] == "True"
-    assert bars.loc["torch D2D copy vs known H200 figure", "passed"] == "False"  # 3800 < 0.9 * 4300
+    return div, pd.DataFrame(rows)
+
+
+def test_gpu_bars_from_measured_tables():
+    from gpulab.kernels import main_bars
+
+    div, split_df = _gpu_tables()
+    bars = main_bars("cuda", "NVIDIA H200", 2, div, split_df).set_index("bar")
+    assert bars.loc["vec16 divide vs same-size copy (largest size)", "ratio"] == pytest.approx(3700 / 3800)
+    assert bars.loc["vec16 divide vs same-size copy (largest size)", "verdict"] == "pass"
+    hbm = bars.loc["same-size copy vs datasheet memory bandwidth"]
+    assert hbm["reference"] == 4800 and "H200 SXM" in hbm["source"] and "read+write" in hbm["note"]
+    assert hbm["ratio"] == pytest.approx(3800 / 4800) and hbm["verdict"] == "pass"
+    assert bars.loc["best divide kernel vs datasheet memory bandwidth", "measured"] == 3700
     assert bars.loc["split over all devices vs one device (speed-up / N)", "measured"] == \
-        pytest.approx(1.6)
+        pytest.approx(1.7)
     assert bars.loc["pipelined (chunked) vs serial copy/compute", "ratio"] == pytest.approx(1.25)
     assert bars.loc["one host thread per device vs one for all", "ratio"] == pytest.approx(1.2)
-    one = main_bars("cuda", "NVIDIA H200", 1, div, pd.DataFrame(rows[:1])).set_index("bar")
-    assert one.loc["one host thread per device vs one for all", "passed"] == "n/a"
+    assert (bars["source"] != "").all() and set(bars["verdict"]) == {"pass"}
+    one = main_bars("cuda", "NVIDIA H200", 1, div, split_df[:1]).set_index("bar")
+    assert one.loc["one host thread per device vs one for all", "verdict"] == "not_applicable"
+    unknown = main_bars("cuda", "Mystery GPU", 2, div, split_df).set_index("bar")
+    assert "limits.yaml" in unknown.loc["same-size copy vs datasheet memory bandwidth", "note"]
+    no_raw = main_bars("cuda", "NVIDIA H200", 2, div[div.variant.isin(["copy", "torch"])], split_df)
+    assert (no_raw.set_index("bar").loc[["vec16 vs torch.floor_divide",
+                                         "best divide kernel vs datasheet memory bandwidth"], "verdict"]
+            == "not_applicable").all()  # a variant left out of the config is not a failure
+    cached = main_bars("cuda", "NVIDIA H200", 2, *_gpu_tables(resident=True)).set_index("bar")
+    assert cached.loc["same-size copy vs datasheet memory bandwidth", "verdict"] == "not_applicable"
+
+
+@pytest.mark.parametrize("bar, degraded", [
+    ("vec16 divide vs same-size copy (largest size)", dict(vec16=2000.0)),
+    ("vec16 vs torch.floor_divide", dict(vec16=2000.0)),
+    ("same-size copy vs datasheet memory bandwidth", dict(copy=1900.0)),  # e.g. HBM clocks throttled
+    ("best divide kernel vs datasheet memory bandwidth", dict(vec16=1900.0)),
+    ("pipelined (chunked) vs serial copy/compute", dict(pipelined_wall=0.07)),
+    ("split over all devices vs one device (speed-up / N)", dict(two_dev_wall=0.07)),
+])
+def test_every_kernels_bar_fails_on_a_degraded_measurement(bar, degraded):
+    from gpulab.kernels import main_bars
+
+    assert main_bars("cuda", "NVIDIA H200", 2, *_gpu_tables()).set_index("bar").loc[bar, "verdict"] == "pass"
+    got = main_bars("cuda", "NVIDIA H200", 2, *_gpu_tables(**degraded)).set_index("bar").loc[bar]
+    assert got["verdict"] == "fail", got
+
+
+def test_vec8_and_host_thread_bars_fail_when_slower():
+    import pandas as pd
+
+    from gpulab.kernels import bars as kbars
+
+    div, split_df = _gpu_tables()
+    slow_vec8 = div.assign(gbps=div.gbps.where(div.variant != "vec8", 1500.0))
+    got = {b.bar: b for b in kbars.divide_bars("cuda", "NVIDIA H200", slow_vec8)}
+    assert got["vec8 (seed char_vec) vs naive divide"].verdict == "fail"
+    per_dev_slow = split_df.copy()
+    per_dev_slow.loc[(per_dev_slow.devices == 2) & (per_dev_slow.threads == "per_device")
+                     & (per_dev_slow.chunks == 1) & per_dev_slow.pinned, "gbps"] = 1 / 0.09
+    got = {b.bar: b for b in kbars.split_bars("cuda", 2, pd.DataFrame(per_dev_slow))}
+    assert got["one host thread per device vs one for all"].verdict == "fail"
 
 
 def test_multiply_shift_division_is_exact_for_every_byte_and_divisor():

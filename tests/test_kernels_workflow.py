@@ -34,6 +34,29 @@ def test_independent_jobs_spread_over_the_pool_and_overlap(jobs_run):
     s = results.read_table(d / "jobs.h5", "summary").iloc[0]
     # Both processes held their GPU at once (Snakemake started them together: 2 ids, 2 cores).
     assert s["devices_used"] == 2 and s["host_gpus"] == 2 and s["max_concurrency"] == 2
-    bars = results.read_table(d / "jobs.h5", "bars")
-    assert (bars["passed"] == "True").all(), bars
+    checks = results.read_table(d / "jobs.h5", "checks")
+    assert set(checks["check"]) == {"jobs spread over GPUs", "jobs ran concurrently", "output exact vs numpy"}
+    assert (checks["verdict"] == "pass").all(), checks
     assert (jobs_run / "results/logs/kernels/khost/job0.log").exists()
+
+
+def _host_quiet(wf, *args):
+    import re
+
+    from conftest import snakemake
+
+    out = snakemake(wf, "--cores", "2", "--dry-run", "data", "transfer", "kernels", *args,
+                    env={"GPULAB_HOST": "khost", "GPULAB_GPU_POOL": ""}).stdout
+    return {m.group(1): int(m.group(2)) for m in
+            re.finditer(r"rule (\w+):.*?resources: [^\n]*host_quiet=(\d+)", out, re.S)}
+
+
+def test_cpu_heavy_jobs_take_the_whole_host_from_timing_jobs(tmp_path):
+    wf = copy_workflow(tmp_path / "wf")
+    got = _host_quiet(wf)
+    # data holds every unit, so no timing job runs beside it; timing jobs hold one each, so they
+    # still run side by side (the independent kernel jobs above rely on that)
+    assert got["data"] == 1000 and got["transfer"] == got["kernels"] == 1, got
+    cfg = wf / "config.yaml"
+    cfg.write_text(cfg.read_text().replace("quiet_host: true", "quiet_host: false"))
+    assert set(_host_quiet(wf).values()) == {0}

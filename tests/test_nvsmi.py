@@ -64,3 +64,18 @@ def test_nvlink_capabilities_from_seed():
     assert caps["Link is supported"] is False
     assert len(caps) == 6
     assert all(len(g["links"]) == 4 for g in gpus)
+
+
+def test_probe_lists_what_it_could_not_record():
+    from gpulab import probe
+
+    none = probe.not_recorded({"has_gpus": False, "gpus": [], "topology": None})
+    assert {n.reason for n in none} == {"no CUDA GPU visible"}
+    assert "PCIe generation and width" in {n.what for n in none}
+    full = {"index": 0, "pcie_gen_now": 5, "pcie_width_now": 16, "sm_clock_max_mhz": 1980}
+    topo = nvsmi.parse_topology((FIXTURES / "topo_nv4.txt").read_text())
+    assert probe.not_recorded({"has_gpus": True, "gpus": [full], "topology": topo}) == []
+    no_nvml = probe.not_recorded({"has_gpus": True, "gpus": [{"index": 0}, full], "topology": None})
+    assert [n.what for n in no_nvml] == [probe._NVML_FIELDS["pcie_gen_now"], probe._NVML_FIELDS["sm_clock_max_mhz"],
+                                         "topology (nvidia-smi topo -m)"]
+    assert "GPU(s) 0 " in no_nvml[0].reason

@@ -18,7 +18,8 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from gpulab import probe, results  # noqa: E402
+from gpulab import outcomes, probe, results  # noqa: E402
+from gpulab.outcomes import Bar  # noqa: E402
 from gpulab.probe import nvsmi  # noqa: E402
 from gpulab.report import browser, build_report, cli, references, sections  # noqa: E402
 
@@ -58,9 +59,9 @@ def _bench_result(host: str) -> results.Result:
         "gbps": np.repeat(peak * sizes / (sizes + 2**18), 3) * rng.uniform(0.97, 1.0, 3 * len(sizes))}),
         units={"size_bytes": "B", "gbps": "GB/s"})
     r.add_matrix("p2p", rng.uniform(10, 50, (2, 2)), "GB/s", rows=["d0", "d1"], cols=["d0", "d1"])
-    r.add_table("bars", pd.DataFrame([{"bar": "copy within 5% of torch", "measured": peak * 0.9,
-                                       "reference": peak, "ratio": 0.9, "threshold": 0.95,
-                                       "passed": False, "unit": "GB/s", "note": "synthetic"}]))
+    r.add_table("bars", outcomes.bars_frame([Bar.measure("copy within 5% of torch", peak * 0.9, peak,
+                                                         source="synthetic reference", threshold=0.95,
+                                                         unit="GB/s", note="synthetic")]))
     return r
 
 
@@ -221,6 +222,7 @@ def test_comparison_has_bars_references_datasheets_and_a5000(built):
     comp = _section(b.html, "comparison")
     assert "copy within 5% of torch" in comp  # bars of both hosts
     assert comp.count("copy within 5% of torch") == 2
+    assert "synthetic reference" in comp and comp.count("<td>fail</td>") >= 2  # source, verdict shown
     assert "peak bandwidth on gpuhost" in comp and "H200 datasheet" in comp
     assert "bf16_dense" in comp and "989" in comp and "4800" in comp
     assert "p2pBandwidthLatencyTest" in comp and "101.7" in comp  # A5000 bidirectional P2P mean
@@ -268,10 +270,14 @@ def test_cli_strict_exit_status_and_missing_input(two_hosts, fake_section, tmp_p
 
 
 def test_real_sections_follow_the_contract():
-    names = [m.name for m in pkgutil.iter_modules(sections.__path__)]
-    assert {"probe", "generic"} <= set(names)
+    from gpulab import stages
+
+    names = [f"gpulab.report.sections.{m.name}" for m in pkgutil.iter_modules(sections.__path__)]
+    # A stage's section lives with its stage where the registry says so.
+    names += [s.section_module() for s in stages.STAGES.values() if s.section_module() not in names]
+    assert {"gpulab.probe.section", "gpulab.report.sections.generic"} <= set(names)
     for name in names:
-        mod = importlib.import_module(f"gpulab.report.sections.{name}")
+        mod = importlib.import_module(name)
         assert isinstance(mod.TITLE, str) and mod.TITLE, name
         assert isinstance(mod.METHODS, str) and mod.METHODS.strip(), name
         assert callable(mod.render) and callable(mod.headlines), name

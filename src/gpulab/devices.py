@@ -16,6 +16,10 @@ from typing import Literal
 
 Kind = Literal["cuda", "cpu"]
 
+# CUDA's default order is "fastest first", which need not match nvidia-smi's and NVML's PCI order:
+# ids handed out by the slot pool and recorded in results must mean the same GPU to every tool.
+os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+
 
 @dataclass(frozen=True)
 class Device:
@@ -127,6 +131,85 @@ def discover(backend: str = "auto", cpu_count: int = 2, limit: int | None = None
             raise RuntimeError(f"{limit} devices requested but only {len(devices)} available")
         devices = devices[:limit]
     return devices
+
+
+def link_info(bus_ids: list[str]) -> list[dict]:
+    """PCIe link and NVLink peers of each GPU (given by PCI bus id), as NVML reports them now.
+
+    Per GPU: ``pcie_gen_now``/``pcie_width_now`` (what the link runs at right now: read it under
+    load, an idle link trains down to save power), ``pcie_gen_max``/``pcie_width_max`` (the most
+    this device in this slot can train to), ``nvlinks`` (active links), ``nvlinks_to`` {peer
+    position: direct links} and ``nvlinks_switch`` (active links to an NVSwitch, which reach every
+    GPU on the switch). Keys are missing where NVML does not answer; without NVML every dict is
+    empty.
+    """
+    out: list[dict] = [{} for _ in bus_ids]
+    try:
+        import pynvml as nv
+
+        nv.nvmlInit()
+    except Exception:
+        return out
+    norm = [_bus(b) for b in bus_ids]
+    try:
+        for k, bus in enumerate(bus_ids):
+            try:
+                h = nv.nvmlDeviceGetHandleByPciBusId(bus.encode() if isinstance(bus, str) else bus)
+            except Exception:
+                continue
+            d = out[k]
+            for key, fn in (("pcie_gen_now", nv.nvmlDeviceGetCurrPcieLinkGeneration),
+                            ("pcie_width_now", nv.nvmlDeviceGetCurrPcieLinkWidth),
+                            ("pcie_gen_max", nv.nvmlDeviceGetMaxPcieLinkGeneration),
+                            ("pcie_width_max", nv.nvmlDeviceGetMaxPcieLinkWidth)):
+                try:
+                    d[key] = int(fn(h))
+                except Exception:
+                    pass
+            active, to, switch = 0, {}, 0
+            for link in range(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18)):
+                try:
+                    if nv.nvmlDeviceGetNvLinkState(h, link) != nv.NVML_FEATURE_ENABLED:
+                        continue
+                    remote = _bus(nv.nvmlDeviceGetNvLinkRemotePciInfo_v2(h, link).busId)
+                except Exception:
+                    continue
+                active += 1
+                if remote in norm:
+                    j = norm.index(remote)
+                    to[j] = to.get(j, 0) + 1
+                else:  # not one of the GPUs: an NVSwitch (HGX boards)
+                    switch += 1
+            d.update(nvlinks=active, nvlinks_to=to, nvlinks_switch=switch)
+    finally:
+        try:
+            nv.nvmlShutdown()
+        except Exception:
+            pass
+    return out
+
+
+def _bus(b) -> str:
+    """PCI bus id in one spelling ('00000000:1B:00.0' and '0000:1b:00.0' are the same device)."""
+    s = b.decode() if isinstance(b, bytes) else str(b)
+    dom, _, rest = s.strip().lower().partition(":")
+    return f"{int(dom, 16):04x}:{rest}" if rest else s.lower()
+
+
+def nvlink_share(links: list[dict], i: int, j: int) -> float | None:
+    """Share of GPU i's NVLink bandwidth that reaches GPU j: 0 if no NVLink path, None if unknown.
+
+    Direct links count for the pair; links to an NVSwitch count when both GPUs hang on switches
+    (every switch link carries traffic to any peer). The datasheet NVLink figure is per GPU, all
+    links together, so the pair's limit is that figure times this share.
+    """
+    a, b = links[i], links[j]
+    if "nvlinks" not in a or "nvlinks" not in b:
+        return None
+    if not a["nvlinks"]:
+        return 0.0
+    via = a["nvlinks_to"].get(j, 0) + (a["nvlinks_switch"] if b["nvlinks_switch"] else 0)
+    return via / a["nvlinks"]
 
 
 def main(argv: list[str] | None = None) -> int:

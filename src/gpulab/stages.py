@@ -48,6 +48,12 @@ class StageSpec:
     args: str = ""
     # Results of its extra rules that the report reads as well.
     extra_results: tuple[str, ...] = ()
+    # Host sharing: a timing-sensitive job's figures suffer from CPU-heavy jobs beside it on the same
+    # host (the data stage ran beside transfer and GEMM on an H200). Unless config
+    # `quiet_host: false`, the rules keep the two apart (see workflow/rules/common.smk,
+    # `host_resources`).
+    timing_sensitive: bool = False
+    cpu_heavy: bool = False
 
     @property
     def package(self) -> str:
@@ -101,13 +107,22 @@ def _train_variants(config: Mapping, host_gpus: int) -> list[str]:
 
 
 STAGES: dict[str, StageSpec] = {s.name: s for s in [
-    StageSpec("probe", "Hardware probe", tables=("gpus", "host", "links"), result="probe/{host}.h5",
+    # tables: those every result of the stage has (GPU-only tables such as transfer's p2p_sweep
+    # come on GPU hosts only; kernels' job variants write job/jobs tables of their own).
+    StageSpec("probe", "Hardware probe", tables=("host", "numa", "software", "gpus", "not_applicable"),
+              section="gpulab.probe.section", result="probe/{host}.h5",
               outputs={"json": "probe/{host}.json", "md": "probe/{host}.md"}),
-    StageSpec("data", "Data loading", gpus="none", tables=("loads", "checks"),
+    StageSpec("data", "Data loading", gpus="none",
+              tables=("loads", "writes", "datasets", "checks", "not_applicable"),
+              section="gpulab.data.section", cpu_heavy=True,
               rules="workflow/rules/data.smk", outputs={"files": "data/{host}/files"},
               output_dirs=("files",), args="--files-dir {output.files}"),
-    StageSpec("transfer", "Transfers and bandwidth", tables=("p2p", "bars", "checks")),
-    StageSpec("kernels", "Kernels", tables=("divide", "split", "bars", "checks"),
+    StageSpec("transfer", "Transfers and bandwidth",
+              tables=("host_memcpy", "host_threads", "p2p", "bars", "checks", "not_applicable"),
+              section="gpulab.transfer.section", timing_sensitive=True),
+    StageSpec("kernels", "Kernels",
+              tables=("divide", "split", "split_phases", "bars", "checks", "not_applicable"),
+              section="gpulab.kernels.section", timing_sensitive=True,
               rules="workflow/rules/kernels.smk", extra_results=("kernels/{host}/jobs.h5",)),
     StageSpec("collectives", "Collectives", multiprocess=True, devices_keys=MULTI_PROCESS_KEYS,
               tables=("library", "handwritten", "bars", "checks"), variants=_collectives_variants),

@@ -35,6 +35,24 @@ if BACKEND == "cuda" and HOST_GPUS == 0:
 if "gpu" not in workflow.global_resources:
     workflow.register_resource("gpu", HOST_GPUS)
 
+# Host sharing (config quiet_host): a CPU-heavy job takes every `host_quiet` unit, a
+# timing-sensitive job one, so the two never run at once while timing jobs still run side by side.
+# Which stage is which is declared in its StageSpec (gpulab.stages).
+HOST_QUIET_UNITS = 1000
+if "host_quiet" not in workflow.global_resources:
+    workflow.register_resource("host_quiet", HOST_QUIET_UNITS)
+
+
+def host_quiet(stage):
+    """The `host_quiet` units a job of ``stage`` holds (0 with config quiet_host: false)."""
+    from gpulab import stages as gpulab_stages
+
+    spec = gpulab_stages.get(stage)
+    if not config.get("quiet_host", True):
+        return 0
+    return HOST_QUIET_UNITS if spec.cpu_heavy else 1 if spec.timing_sensitive else 0
+
+
 
 def gpus_for(stage):
     """Concrete GPU count a stage's jobs ask for, checked against what the host has."""

@@ -23,6 +23,7 @@ rule data_train:
                                                        "train": config["data"]["train"]}}),
     resources:
         gpu=0,
+        host_quiet=host_quiet("data"),
     log:
         f"results/logs/data/{HOST}/train.log",
     shell:

@@ -20,6 +20,7 @@ rule kernels_job:
         variant="job{i}",
     resources:
         gpu=KERNELS_JOB_GPUS,
+        host_quiet=host_quiet("kernels"),
     log:
         f"results/logs/kernels/{HOST}/job{{i}}.log",
     shell:

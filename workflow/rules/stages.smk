@@ -26,6 +26,7 @@ for _spec in gpulab_stages.STAGES.values():
         threads: stage_threads(_spec)
         resources:
             gpu=gpus_for(_spec.name),
+            host_quiet=host_quiet(_spec.name),
         log:
             stage_log(_spec),
         shell:

@@ -21,6 +21,7 @@ import torch
 from gpulab import timing
 from gpulab.data import datasets, formats, loaders, memory
 from gpulab.data.formats import Schema
+from gpulab.outcomes import Check
 
 log = logging.getLogger("gpulab.data")
 
@@ -82,8 +83,9 @@ def write_case(case: Case, fmt: str, folder: Path, cfg: Mapping[str, Any]) -> tu
 
 
 def load_case(case: Case | None, name: str, kind: str, path: Path, fmt: str, method: str,
-              schema: Schema, cfg: Mapping[str, Any]) -> tuple[dict, dict]:
-    """Time one loader on one file; returns (loads row, checks row). ``case`` None: no reference."""
+              schema: Schema, cfg: Mapping[str, Any]) -> tuple[dict, Check]:
+    """Time one loader on one file; returns (loads row, its round-trip check). ``case`` None: an
+    external file, no reference (the check is not_applicable)."""
     fn = loaders.LOADERS[(fmt, method)]
     b = int(cfg.get("batch_rows", 256))
     warmup, repeats = int(cfg.get("warmup", 1)), int(cfg.get("repeats", 3))
@@ -104,24 +106,27 @@ def load_case(case: Case | None, name: str, kind: str, path: Path, fmt: str, met
            "ttfb_s_median": first.median, "ttfb_s_min": first.min, "ttfb_s_max": first.max,
            "first_batch_rows": min(b, rows) if method in STREAMING else rows,
            "peak_mem_bytes": peak, "peak_mem_method": mem_method}
+    what = f"{name} {fmt}/{method}"
     if case is None:
-        check = {"passed": True, "detail": "external file: no reference to compare with; "
-                                           "validated (columns, numbers, labels) only"}
+        # Nothing to compare with: not a pass. The file was validated (columns, numbers, labels).
+        check = Check.of("round trip", what, None, note="external file: no reference to compare "
+                                                         "with; validated (columns, numbers, labels) only")
     else:
         ok_x = torch.equal(x, torch.from_numpy(case.data.x))
         ok_y = torch.equal(y, torch.from_numpy(case.data.y))
-        check = {"passed": ok_x and ok_y,
-                 "detail": "x and y equal to what was written, bit for bit" if ok_x and ok_y else
-                 f"MISMATCH: x equal {ok_x}, y equal {ok_y}"}
-    row["round_trip_ok"] = check["passed"]
-    return row, {"dataset": name, "format": fmt, "method": method, "check": "round-trip", **check}
+        check = Check.of("round trip", what, ok_x and ok_y,
+                         note="x and y equal to what was written, bit for bit" if ok_x and ok_y else
+                         f"MISMATCH: x equal {ok_x}, y equal {ok_y}")
+    row["round_trip"] = check.verdict
+    return row, check
 
 
+# Columns the shared units table (gpulab.outcomes.UNITS) does not name, or names differently here.
 LOAD_UNITS = {"rows": "samples", "values_per_row": "values", "file_bytes": "B", "tensor_bytes": "B",
               "load_s_median": "s", "load_s_min": "s", "load_s_max": "s", "load_s_mean": "s",
               "load_s_stdev": "s", "repeats": "count", "file_MBps": "MB/s (10^6 B, file size)",
               "rows_per_s": "samples/s", "ttfb_s_median": "s", "ttfb_s_min": "s",
               "ttfb_s_max": "s", "first_batch_rows": "samples", "peak_mem_bytes": "B",
-              "streaming": "bool", "round_trip_ok": "bool"}
+              "streaming": "bool", "round_trip": "verdict"}
 WRITE_UNITS = {"rows": "samples", "file_bytes": "B", "bytes_per_value": "B/value", "write_s": "s",
                "write_MBps": "MB/s (10^6 B, file size)"}

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from gpulab import results
+from gpulab import outcomes, results
 from gpulab.data import bench, formats, loaders
 from gpulab.data.errors import DataError
+from gpulab.outcomes import NotApplicable, Verdict
 from gpulab.stage import StageContext, progress
 
 log = logging.getLogger("gpulab.data")
@@ -79,16 +80,20 @@ def run(ctx: StageContext) -> results.Result:
                                                  schema, cfg)
                     loads.append(row)
                     checks.append(check)
-        bad = [c for c in checks if not c["passed"]]
+        bad = [c for c in checks if c.verdict == Verdict.FAIL.value]
         if bad:  # a loader that returns wrong data is a bug: fail the job, keep nothing
             raise DataError(folder, "round trip failed: " + "; ".join(
-                f"{c['dataset']} {c['format']}/{c['method']}: {c['detail']}" for c in bad))
+                f"{c.case}: {c.note}" for c in bad))
 
     r = ctx.new_result("cpu", conventions=CONVENTIONS, files_dir=str(files_dir(ctx)),
-                       batch_rows=int(cfg.get("batch_rows", 256)), checks_passed=not bad)
-    r.add_table("loads", pd.DataFrame(loads), units=bench.LOAD_UNITS)
-    r.add_table("writes", pd.DataFrame(writes), units=bench.WRITE_UNITS)
-    r.add_table("checks", pd.DataFrame(checks), units={"passed": "bool"})
+                       batch_rows=int(cfg.get("batch_rows", 256)))
+    loads_df, writes_df = pd.DataFrame(loads), pd.DataFrame(writes)
+    r.add_table("loads", loads_df, units=outcomes.units_for(loads_df, bench.LOAD_UNITS))
+    r.add_table("writes", writes_df, units=outcomes.units_for(writes_df, bench.WRITE_UNITS))
+    r.add_table(outcomes.CHECKS, outcomes.checks_frame(checks))
+    external = [c for c in checks if c.verdict == Verdict.NOT_APPLICABLE.value]
+    r.add_table(outcomes.NOT_APPLICABLE, outcomes.not_applicable_frame(
+        [NotApplicable(f"round trip of {c.case}", c.note) for c in external]))
     r.add_table("datasets", pd.DataFrame([
         {"dataset": c.data.name, "kind": c.kind, "rows": c.data.rows,
          "sample_shape": "x".join(map(str, c.data.sample_shape)),

@@ -17,14 +17,12 @@ from pathlib import Path
 import pandas as pd
 
 from gpulab import config as cfgmod
-from gpulab import results
-from gpulab.kernels import bench, divide, jobs, split
-from gpulab.kernels.bars import bar
+from gpulab import outcomes, results
+from gpulab.kernels import bars, bench, divide, jobs, split
 
 log = logging.getLogger("gpulab.kernels")
 
 SCHEMA = "kernels"  # its packaged schema, gpulab/kernels/schema.yaml
-H200_D2D_GBPS = 4300.0  # known figure: torch D2D copy on an H200, read + write
 
 
 def settings(section: dict) -> dict:
@@ -69,15 +67,23 @@ def run_main(ctx) -> results.Result:
     r = ctx.new_result(kind, devices=[d.as_dict() for d in devices], device_name=devices[0].name,
                        n_devices=len(devices), variants_not_applicable=not_applicable,
                        split_kernel=divide.kernel_for(kind, cfg["kernel"]),
-                       all_verified=bool(div_df["verified"].all() and split_df["verified"].all()),
                        note=_note(kind, len(devices), not_applicable))
-    r.add_table("divide", div_df, units=bench.DIVIDE_UNITS)
-    r.add_table("split", split_df, units=split.SPLIT_UNITS)
-    r.add_table("split_phases", phases_df, units=split.PHASE_UNITS)
-    r.add_table("bars", main_bars(kind, devices[0].name, len(devices), div_df, split_df),
-                units={"unit": ""})
-    if not r.attrs["all_verified"]:
-        raise RuntimeError("kernels: a result did not match numpy (see the 'verified' columns)")
+    r.add_table("divide", div_df, units=outcomes.units_for(div_df, bench.DIVIDE_UNITS))
+    r.add_table("split", split_df, units=outcomes.units_for(split_df, split.SPLIT_UNITS))
+    r.add_table("split_phases", phases_df, units=outcomes.units_for(phases_df, split.PHASE_UNITS))
+    bar_df = main_bars(kind, devices[0].name, len(devices), div_df, split_df)
+    r.add_table(outcomes.BARS, bar_df, units=outcomes.units_for(bar_df))
+    checks = outcomes.checks_frame(bars.output_checks(div_df, split_df))
+    r.add_table(outcomes.CHECKS, checks)
+    na = [outcomes.NotApplicable(f"divide variant {v}", f"not applicable on {kind}"
+                                 + (" (CuPy RawKernels need CUDA)" if kind == "cpu" else ""))
+          for v in not_applicable]
+    if len(devices) == 1:
+        na.append(outcomes.NotApplicable("multi-device split comparisons", "one device"))
+    r.add_table(outcomes.NOT_APPLICABLE, outcomes.not_applicable_frame(na))
+    bad = checks[checks.verdict == outcomes.Verdict.FAIL.value]
+    if len(bad):
+        raise RuntimeError("kernels: output did not match numpy: " + "; ".join(bad["case"]))
     return r
 
 
@@ -91,60 +97,5 @@ def _note(kind: str, n: int, na: list[str]) -> str:
     return "; ".join(parts)
 
 
-def _gbps(df: pd.DataFrame, variant: str, size: int):
-    row = df[(df.variant == variant) & (df.size_bytes == size)]
-    return float(row["gbps"].iloc[0]) if len(row) else None
-
-
-def _mode(df: pd.DataFrame, **kw):
-    sel = df
-    for k, v in kw.items():
-        sel = sel[sel[k] == v]
-    return sel.iloc[0] if len(sel) else None
-
-
 def main_bars(kind: str, name: str, n: int, div_df: pd.DataFrame, split_df: pd.DataFrame):
-    big = int(div_df["size_bytes"].max())
-    cuda = kind == "cuda"
-    na = "" if cuda else "needs CUDA (CuPy RawKernels); not applicable on CPU"
-    g = {v: _gbps(div_df, v, big) for v in ("copy", "naive", "vec8", "vec16", "torch")}
-    rows = [
-        bar("vec16 divide vs same-size copy (largest size)", g["vec16"], g["copy"],
-            0.8 if cuda else None, "GB/s", na or "copy = roofline; 0.8 is our target"),
-        bar("vec8 (seed char_vec) vs naive divide", g["vec8"], g["naive"],
-            1.0 if cuda else None, "GB/s", na or "vectorised loads should not be slower"),
-        bar("vec16 vs torch.floor_divide", g["vec16"], g["torch"], 1.0 if cuda else None,
-            "GB/s", na or "hand-written kernel vs library"),
-    ]
-    if cuda and "H200" in name:
-        rows.append(bar("torch D2D copy vs known H200 figure", g["copy"], H200_D2D_GBPS, 0.9,
-                        "GB/s", "known figure: about 4.3 TB/s read+write"))
-    else:
-        rows.append(bar("torch D2D copy vs known H200 figure", g["copy"], None, None, "GB/s",
-                        f"not applicable: device is {name}"))
-    gpu_note = "" if cuda else "CPU virtual devices: measured for reference, the bar is for GPUs"
-    thr = (lambda t: t if cuda else None)
-    pin = bool(cuda and split_df["pinned"].any())  # compare with pinned buffers where measured
-    base = dict(threads="per_device", pinned=pin)
-    serial = _mode(split_df, devices=n, chunks=1, **base)
-    piped = split_df[(split_df.devices == n) & (split_df.chunks > 1)
-                     & (split_df.threads == "per_device") & (split_df.pinned == pin)]
-    piped = piped.iloc[0] if len(piped) else None
-    if serial is not None and piped is not None:
-        rows.append(bar("pipelined (chunked) vs serial copy/compute", piped.gbps, serial.gbps,
-                        thr(1.0), "GB/s", gpu_note or "overlap of copies and kernels per device"))
-    if n < 2 or serial is None:
-        for b in ("split over all devices vs one device (speed-up / N)",
-                  "one host thread per device vs one for all"):
-            rows.append(bar(b, None, None, None, "1",
-                            "not applicable: needs at least 2 devices" if n < 2 else
-                            "not applicable: no serial mode was measured"))
-    else:
-        one = _mode(split_df, devices=1, chunks=1, **base)
-        rows.append(bar("split over all devices vs one device (speed-up / N)",
-                        one.wall_s_median / serial.wall_s_median, n, thr(0.8), "1",
-                        gpu_note or f"ideal speed-up is N = {n}"))
-        single = _mode(split_df, devices=n, chunks=1, threads="single", pinned=pin)
-        rows.append(bar("one host thread per device vs one for all", serial.gbps, single.gbps,
-                        thr(0.95), "GB/s", gpu_note or "serial copies; pinned host memory"))
-    return pd.DataFrame(rows)
+    return outcomes.bars_frame(bars.divide_bars(kind, name, div_df) + bars.split_bars(kind, n, split_df))

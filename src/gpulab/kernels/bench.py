@@ -33,13 +33,24 @@ def _timed(fn, inner: int, device: Device, warmup: int, repeats: int) -> timing.
     return timing.summarize([s / inner for s in st.samples])
 
 
-def _row(variant, size, width, st: timing.Stats, inner, verified, copy_gbps=None) -> dict:
+def l2_bytes(device: Device) -> int:
+    """The device's L2 cache size (0 where unknown: CPU virtual devices)."""
+    if device.kind != "cuda":
+        return 0
+    import torch
+
+    return int(getattr(torch.cuda.get_device_properties(device.index), "L2_cache_size", 0) or 0)
+
+
+def _row(variant, size, width, st: timing.Stats, inner, verified, copy_gbps=None, l2=0) -> dict:
     moved = 2 * size  # read + write
     gbps = moved / st.median / 1e9
     return {"variant": variant, "size_bytes": size, "bytes_per_thread": width,
             **st.as_dict("time_s"), "gbps": gbps, "gbps_min": moved / st.max / 1e9,
             "gbps_max": moved / st.min / 1e9,
             "fraction_of_copy": gbps / copy_gbps if copy_gbps else 1.0,
+            # input and output both fit in L2: the figure is cache bandwidth, not memory
+            "cache_resident": bool(l2) and moved <= l2,
             "calls_per_sample": inner, "verified": bool(verified)}
 
 
@@ -50,6 +61,7 @@ def run_divide(device: Device, cfg: dict) -> pd.DataFrame:
     div = divide.check_divisor(cfg["divisor"])
     runnable, _ = divide.variants_for(device.kind, cfg["variants"])
     rows = []
+    l2 = l2_bytes(device)
     for size in cfg["sizes_bytes"]:
         img = divide.make_image(size, seed=size)
         ref = divide.reference(img, div)
@@ -60,7 +72,7 @@ def run_divide(device: Device, cfg: dict) -> pd.DataFrame:
         dst = torch.from_numpy(wrong).to(device.torch_device)
         st = _timed(lambda: dst.copy_(inp), inner, device, cfg["warmup"], cfg["repeats"])
         copy_ok = np.array_equal(dst.cpu().numpy(), img)
-        copy_row = _row("copy", size, 1, st, inner, copy_ok)
+        copy_row = _row("copy", size, 1, st, inner, copy_ok, l2=l2)
         rows.append(copy_row)
         del dst
         for v in runnable:
@@ -73,7 +85,7 @@ def run_divide(device: Device, cfg: dict) -> pd.DataFrame:
             st = _timed(fn, inner, device, cfg["warmup"], cfg["repeats"])
             got = out if isinstance(out, np.ndarray) else out.cpu().numpy()
             ok = np.array_equal(got, ref)
-            rows.append(_row(v, size, divide.WIDTH.get(v, 0), st, inner, ok, copy_row["gbps"]))
+            rows.append(_row(v, size, divide.WIDTH.get(v, 0), st, inner, ok, copy_row["gbps"], l2))
             log.info("divide %-6s %12d B: %8.1f GB/s (%.0f%% of copy)%s", v, size, rows[-1]["gbps"],
                      100 * rows[-1]["fraction_of_copy"], "" if ok else "  VERIFICATION FAILED")
             del out
@@ -81,7 +93,8 @@ def run_divide(device: Device, cfg: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-DIVIDE_UNITS = {"size_bytes": "B", "bytes_per_thread": "B", "time_s_median": "s",
+# Columns the shared units table (gpulab.outcomes.UNITS) does not name, or names differently here.
+DIVIDE_UNITS = {"bytes_per_thread": "B", "time_s_median": "s",
                 "time_s_min": "s", "time_s_max": "s", "time_s_mean": "s", "time_s_stdev": "s",
                 "gbps": "GB/s (read+write)", "gbps_min": "GB/s (read+write)",
                 "gbps_max": "GB/s (read+write)", "fraction_of_copy": "1", "repeats": "count",

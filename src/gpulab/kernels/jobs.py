@@ -15,12 +15,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gpulab import results, slots, timing
+from gpulab import outcomes, results, slots, timing
 from gpulab.kernels import divide
+from gpulab.kernels.bars import job_checks
+from gpulab.outcomes import Check
 
+# Columns the shared units table (gpulab.outcomes.UNITS) does not name, or names differently here.
 JOB_UNITS = {"launch_unix": "s (Unix time)", "start_unix": "s (Unix time)",
              "end_unix": "s (Unix time)", "duration_s": "s", "calls": "count",
-             "gbps": "GB/s (read+write)", "bytes": "B"}
+             "gbps": "GB/s (read+write)"}
 
 
 def run_job(ctx, index: int) -> results.Result:
@@ -58,9 +61,11 @@ def run_job(ctx, index: int) -> results.Result:
            "gbps": 2 * n / st.median / 1e9, "verified": verified, "pid": os.getpid()}
     r = ctx.new_result(device.kind, job_index=index, cuda_visible_devices=str(visible),
                        host_gpu_pool=slots.pool_ids(), start_unix=start, end_unix=end,
-                       verified=verified,
                        note="" if ids else "no GPU ids: this job ran on a CPU host (CPU kernel)")
-    r.add_table("job", pd.DataFrame([row]), units=JOB_UNITS)
+    job_df = pd.DataFrame([row])
+    r.add_table("job", job_df, units=outcomes.units_for(job_df, JOB_UNITS))
+    r.add_table(outcomes.CHECKS, outcomes.checks_frame([
+        Check.of("output exact vs numpy", f"job {index}: {variant}, {n} B", verified)]))
     return r
 
 
@@ -105,40 +110,21 @@ def aggregate(ctx, paths: list[Path]) -> results.Result:
         "jobs": k, "host_gpus": len(pool), "devices_used": len(used),
         "max_concurrency": conc, "max_kernel_concurrency": kconc, "makespan_s": makespan,
         "busy_s": busy, "mean_concurrency": busy / makespan if makespan > 0 else float("nan"),
-        "all_verified": bool(jobs["verified"].all()),
     }])
     kind = "cuda" if "cuda" in kinds else "cpu"
     r = ctx.new_result(kind, jobs=k, host_gpu_pool=pool, devices_used=used)
     since = "s (from the first job's launch)"
-    r.add_table("jobs", jobs, units={**JOB_UNITS, "launch_s": since, "start_s": since,
-                                     "end_s": since})
+    r.add_table("jobs", jobs, units=outcomes.units_for(jobs, {**JOB_UNITS, "launch_s": since,
+                                                              "start_s": since, "end_s": since}))
     r.add_table("per_device", per_device, units={"jobs": "count", "kernel_s": "s"})
     r.add_table("summary", summary, units={
         "jobs": "count", "host_gpus": "count", "devices_used": "count",
         "max_concurrency": "jobs (processes, launch to end)",
         "max_kernel_concurrency": "jobs (kernel work, start to end)", "makespan_s": "s",
         "busy_s": "s (sum of launch to end)", "mean_concurrency": "jobs (busy / makespan)"})
-    r.add_table("bars", job_bars(k, len(pool), len(used), conc, kconc), units={"unit": ""})
+    checks, na = job_checks(k, len(pool), len(used), conc, kconc)
+    checks += [Check.of("output exact vs numpy", f"job {int(j.job)}", bool(j.verified))
+               for j in jobs.itertuples()]
+    r.add_table(outcomes.CHECKS, outcomes.checks_frame(checks))
+    r.add_table(outcomes.NOT_APPLICABLE, outcomes.not_applicable_frame(na))
     return r
-
-
-def job_bars(k: int, gpus: int, used: int, conc: int, kconc: int | None = None) -> pd.DataFrame:
-    from gpulab.kernels.bars import bar
-
-    want = min(k, gpus)
-    if gpus == 0:
-        note = "CPU host: the jobs got no GPU ids; concurrency is bounded by Snakemake's --cores"
-        return pd.DataFrame([
-            bar("independent jobs spread over GPUs", used, None, None, "devices", note),
-            bar("independent jobs ran concurrently", conc, None, None, "jobs", note),
-        ])
-    rows = [bar("independent jobs spread over GPUs", used, want, 1.0, "devices",
-                f"{k} jobs, {gpus} GPU(s): each should get a GPU of its own while one is free")]
-    if want < 2:
-        rows.append(bar("independent jobs ran concurrently", conc, None, None, "jobs",
-                        "not applicable: needs at least 2 GPUs and 2 jobs"))
-    else:
-        rows.append(bar("independent jobs ran concurrently", conc, want, 1.0, "jobs",
-                        "most job processes running at once vs min(jobs, GPUs); kernels "
-                        f"overlapping at most: {kconc if kconc is not None else 'n/a'}"))
-    return pd.DataFrame(rows)

@@ -223,7 +223,8 @@ def _log_like_seed(mode: Mode, rows: list[dict], wall: timing.Stats, ok: bool) -
     log.info("  Array check %s", "passed" if ok else "FAILED")
 
 
-SPLIT_UNITS = {"bytes": "B", "wall_s_median": "s", "wall_s_min": "s", "wall_s_max": "s",
+# Columns the shared units table (gpulab.outcomes.UNITS) does not name, or names differently here.
+SPLIT_UNITS = {"wall_s_median": "s", "wall_s_min": "s", "wall_s_max": "s",
                "wall_s_mean": "s", "wall_s_stdev": "s", "gbps": "GB/s (image bytes / wall time)",
                "overlap": "1 (component / execution time)", "repeats": "count", "chunks": "count",
                "devices": "count"}

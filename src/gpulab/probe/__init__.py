@@ -12,13 +12,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gpulab import results
+from gpulab import outcomes, results
 from gpulab.probe import gpus as gpumod
 from gpulab.probe import host as hostmod
 
 log = logging.getLogger("gpulab.probe")
 
 _SCALAR = (str, int, float, bool, type(None))
+# Columns of the gpus table the shared units table (gpulab.outcomes.UNITS) does not name.
+GPU_UNITS = {"memory_bytes": "B", "l2_cache_bytes": "B", "sm_clock_max_mhz": "MHz",
+             "mem_clock_max_mhz": "MHz", "sm_clock_now_mhz": "MHz", "mem_clock_now_mhz": "MHz",
+             "power_limit_w": "W", "pcie_gen_max": "PCIe generation", "pcie_gen_now": "PCIe generation",
+             "pcie_width_max": "lanes", "pcie_width_now": "lanes"}
 
 
 def collect() -> dict:
@@ -65,13 +70,13 @@ def build_result(ctx_stage: str, variant: str, config: dict, info: dict) -> resu
     })
     r.add_table("host", pd.DataFrame(
         [{"key": k, "value": str(v)} for k, v in h.items() if k != "numa_nodes"]))
-    r.add_table("numa", pd.DataFrame(h["numa_nodes"] or [{"node": 0, "cpus": "", "mem_bytes": 0}]),
-                units={"mem_bytes": "B"})
+    numa = pd.DataFrame(h["numa_nodes"] or [{"node": 0, "cpus": "", "mem_bytes": 0}])
+    r.add_table("numa", numa, units=outcomes.units_for(numa))
     r.add_table("software", pd.DataFrame(
         [{"package": k, "version": str(v)} for k, v in sorted(info["software"].items())]))
     gpu_rows = [{k: v for k, v in g.items() if isinstance(v, _SCALAR)} for g in info["gpus"]]
-    r.add_table("gpus", pd.DataFrame(gpu_rows).fillna(-1) if gpu_rows else pd.DataFrame(
-        {"index": pd.Series([], dtype=int)}), units={"memory_bytes": "B", "sm_clock_max_mhz": "MHz"})
+    gpus = pd.DataFrame(gpu_rows).fillna(-1) if gpu_rows else pd.DataFrame({"index": pd.Series([], dtype=int)})
+    r.add_table("gpus", gpus, units=outcomes.units_for(gpus, GPU_UNITS))
     links, source = nvlink_table(info)
     r.attrs["nvlink_source"] = source
     if not links.empty:
@@ -87,7 +92,32 @@ def build_result(ctx_stage: str, variant: str, config: dict, info: dict) -> resu
                      rows=topo.devices, cols=topo.devices, source="nvidia-smi topo -m")
         r.attrs["topology_affinity"] = topo.affinity
         r.attrs["topology_text"] = info["topo_text"] or ""
+    r.add_table(outcomes.NOT_APPLICABLE, outcomes.not_applicable_frame(not_recorded(info)))
     return r
+
+
+# What the limits of later stages need from each GPU, and where it comes from.
+_NVML_FIELDS = {"pcie_gen_now": "PCIe generation and width (NVML): PCIe bars use them",
+                "sm_clock_max_mhz": "clocks, power limit, NUMA node (NVML)"}
+
+
+def not_recorded(info: dict) -> list[outcomes.NotApplicable]:
+    """What the probe could not record on this host, and why."""
+    if not info["has_gpus"]:
+        why = "no CUDA GPU visible"
+        return [outcomes.NotApplicable(w, why) for w in (
+            "GPU properties (torch, NVML)", "peer access matrix", "PCIe generation and width",
+            "NVLink state", "topology (nvidia-smi topo -m)")]
+    out = []
+    for key, what in _NVML_FIELDS.items():
+        missing = [str(g["index"]) for g in info["gpus"] if g.get(key) is None]
+        if missing:
+            out.append(outcomes.NotApplicable(what, f"NVML did not answer for GPU(s) {', '.join(missing)} "
+                                                    "(pip install nvidia-ml-py; driver access)"))
+    if info["topology"] is None:
+        out.append(outcomes.NotApplicable("topology (nvidia-smi topo -m)",
+                                          "nvidia-smi missing or its output not understood"))
+    return out
 
 
 def summary(info: dict) -> dict:

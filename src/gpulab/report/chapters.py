@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from gpulab import results  # noqa: E402
+from gpulab import outcomes, results  # noqa: E402
 from gpulab.report import references as refs  # noqa: E402
 from gpulab.report.html import Figures, esc, note  # noqa: E402
 from gpulab.report.sections import CHECK_STR, CHECK_STR_LIST, Section  # noqa: E402
@@ -129,16 +129,25 @@ def comparison(sections: list[tuple[Section, list[Path]]], files: list[Path],
                gpu_names: list[str], figs: Figures, number: str) -> str:
     parts = []
 
-    bars = results.collect(files, "bars")
+    bars = results.collect(files, outcomes.BARS)
     parts.append(f"<h3>{number}.1 Performance bars</h3>")
+    if not bars.empty:
+        bars = bars.reindex(columns=list(dict.fromkeys(list(bars.columns) + outcomes.BAR_COLUMNS)))
+        old = bars[bars["verdict"].isna()]
+        if len(old):  # written before the one vocabulary: named, not mixed into the table
+            parts.append(note("Bars without a verdict (not in the result vocabulary) left out: " + ", ".join(
+                sorted({f"{r.stage} on {r.host}" for r in old.itertuples()}))))
+            bars = bars.drop(old.index)
     if bars.empty:
-        parts.append(note("No stage recorded a performance bar (table 'bars')."))
+        parts.append(note(f"No stage recorded a performance bar (table '{outcomes.BARS}')."))
     else:
-        cols = [c for c in ("stage", "host", "device_kind", "bar", "measured", "reference", "ratio",
-                            "threshold", "passed", "unit", "note") if c in bars.columns]
-        parts.append(figs.table(bars[cols], "Performance bars of the issues, measured in the same run "
-                                "as their reference (ratio = measured / reference; passed when the "
-                                "ratio meets the threshold).", max_rows=200))
+        parts.append(figs.table(bars[["stage", "host", "device_kind"] + outcomes.BAR_COLUMNS],
+                                "Performance bars: each measurement against a reference from "
+                                "elsewhere (column source: a datasheet limit, an independent tool, "
+                                "the same work on one device); ratio = measured / reference, verdict "
+                                "pass when the ratio meets the threshold in the stated direction, "
+                                "not_applicable with the reason where it cannot be judged here.",
+                                max_rows=200))
 
     parts.append(f"<h3>{number}.2 Measured figures against references</h3>")
     frames = []

@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 
 from gpulab import config as cfgmod
-from gpulab import results
-from gpulab.transfer import bars, hostmem, matrices, seedref
-from gpulab.transfer.measure import CONVENTIONS, ROW_UNITS
+from gpulab import outcomes, results
+from gpulab.transfer import bars, hostmem, malloc, matrices, seedref
+from gpulab.transfer.measure import CONVENTIONS, MAX_QUEUED, ROW_UNITS
 
 log = logging.getLogger("gpulab.transfer")
 STAGE = "transfer"
@@ -28,7 +28,7 @@ def full_config(section: dict) -> dict:
 
 
 def _units(df: pd.DataFrame, extra: dict | None = None) -> dict:
-    u = {k: v for k, v in {**ROW_UNITS, **(extra or {})}.items() if k in df.columns}
+    u = outcomes.units_for(df, {**ROW_UNITS, **(extra or {})})
     if "unit" in df.columns:
         for c in ("value_median", "value_min", "value_max"):
             if c in df.columns:
@@ -56,7 +56,8 @@ def _add_matrices(result, rows: pd.DataFrame, n: int, label: str):
         result.add_matrix(name, m, **meta)
 
 
-def _gpu(result, cfg: dict, n: int):
+def _gpu(result, cfg: dict, n: int) -> tuple[int, list, list]:
+    """The GPU phases; returns (peer pairs, bars, checks)."""
     from gpulab.transfer import gpu
     from gpulab.transfer.isolate import run_isolated
 
@@ -75,25 +76,40 @@ def _gpu(result, cfg: dict, n: int):
                       cols=labels, title="P2P Connectivity Matrix (cudaDeviceCanAccessPeer; 1 on the diagonal)")
     _add(result, "torch_d2d", ena["torch_d2d"])
     _add(result, "hybrid", ena.get("hybrid"))
-    _add(result, "malloc", pd.concat([dis["malloc"], ena.get("malloc")], ignore_index=True),
-         {"alloc_bytes": "B", "time_us_median": "us", "time_us_min": "us", "time_us_max": "us"})
+    _add(result, "malloc", pd.concat([dis["malloc"], ena.get("malloc")], ignore_index=True), malloc.UNITS)
     _add(result, "host_device", hst["host_device"])
     _add(result, "host_device_threads", hst["host_device_threads"])
-    _add(result, "bars", bars.gpu_bars(p2p_rows, ena["torch_d2d"], hst["h2d_bar"]), bars.BAR_UNITS)
+    names, links = dis["gpu_names"], hst["links"]
+    _add(result, "links", pd.DataFrame([
+        {"gpu": i, **{k: v for k, v in ln.items() if k != "nvlinks_to"},
+         "nvlinks_to": ",".join(f"GPU{j}:{c}" for j, c in sorted(ln.get("nvlinks_to", {}).items()))}
+        for i, ln in enumerate(links)]), {"pcie_gen_now": "PCIe generation", "pcie_gen_max": "PCIe generation",
+                                          "pcie_width_now": "lanes", "pcie_width_max": "lanes",
+                                          "nvlinks": "links", "nvlinks_switch": "links"})
+    bar_rows = bars.gpu_bars(p2p_rows, names, links, hst["h2d_bar"], hst["host_device"])
+    tables = {"p2p": p2p_rows, "p2p_sweep": result.tables.get("p2p_sweep"),
+              "torch_d2d": ena["torch_d2d"], "hybrid": ena.get("hybrid"),
+              "host_device": hst["host_device"], "host_device_threads": hst["host_device_threads"]}
+    check_rows = (bars.harness_checks(p2p_rows, ena["torch_d2d"], hst["h2d_bar"])
+                  + bars.spread_checks(p2p_rows, hst["h2d_bar"])
+                  + bars.spin_checks(tables) + bars.copy_checks(tables)
+                  + [bars.isolation_check(n, dis["isolation_pairs"], dis["isolation_ok"],
+                                          dis["isolation_check"])])
     peer_pairs = int(np.sum(np.array(dis["connectivity"])) - n)
-    result.attrs.update({"isolation_check": dis["isolation_check"], "isolation_ok": dis["isolation_ok"],
-                         "gpu_names": dis["gpu_names"], "peer_pairs": peer_pairs})
-    return peer_pairs
+    result.attrs.update({"isolation_check": dis["isolation_check"], "gpu_names": names,
+                         "l2_bytes": dis["l2_bytes"], "peer_pairs": peer_pairs,
+                         "max_queued_per_stream": MAX_QUEUED})
+    return peer_pairs, bar_rows, check_rows
 
 
-def _cpu(result, cfg: dict, n: int):
+def _cpu(result, cfg: dict, n: int) -> tuple[int, list, list]:
     vd = hostmem.VirtualDevices(n, int(cfg["matrix_bytes"]), int(cfg["seed"]))
     rows = vd.matrices(int(cfg["warmup"]), int(cfg["repeats"]), int(cfg["copies"]), int(cfg["latency_bytes"]),
                        int(cfg["latency_copies"]))
     _add(result, "p2p", rows)
     _add_matrices(result, rows, n, "CPU")
-    _add(result, "bars", bars.cpu_bars(), bars.BAR_UNITS)
-    result.attrs["isolation_check"] = "n/a: CPU virtual devices (no peer access to toggle)"
+    result.attrs["isolation_check"] = "not applicable: CPU virtual devices (no peer access to toggle)"
+    return 0, bars.cpu_bars(), bars.copy_checks({"p2p": rows})
 
 
 def run(ctx):
@@ -104,17 +120,18 @@ def run(ctx):
                             device_names=[d.name for d in devices])
     log.info("transfer: %d %s device(s)", n, kind)
     _host_memory(result, cfg)
-    peer_pairs = _gpu(result, cfg, n) if kind == "cuda" else _cpu(result, cfg, n) or 0
-    _add(result, "applicability", bars.applicability(kind, n, peer_pairs))
+    peer_pairs, bar_rows, check_rows = (_gpu if kind == "cuda" else _cpu)(result, cfg, n)
+    check_rows += bars.copy_checks({k: result.tables.get(k) for k in ("host_memcpy", "host_threads")})
+    result.add_table(outcomes.BARS, outcomes.bars_frame(bar_rows))
+    checks = outcomes.checks_frame(check_rows)
+    result.add_table(outcomes.CHECKS, checks)
+    result.add_table(outcomes.NOT_APPLICABLE,
+                     outcomes.not_applicable_frame(bars.not_applicable(kind, n, peer_pairs)))
     for name, m in seedref.seed_reference().items():
         labels = [f"GPU{i}" for i in range(len(m))]
         result.add_matrix(f"ref_a5000_{name}", m, "GB/s" if name.endswith("GBps") else "us", rows=labels,
                           cols=labels, source=seedref.SEED_SOURCE)
-    for name in ("p2p", "p2p_sweep", "host_memcpy", "host_threads", "host_device", "host_device_threads",
-                 "hybrid", "torch_d2d"):
-        if name in result.tables and "verified" in result.tables[name]:
-            bad = int((~result.tables[name]["verified"].astype(bool)).sum())
-            result.attrs[f"verify_{name}"] = "all copies verified" if not bad else f"{bad} FAILED"
-            if bad:
-                log.error("transfer: %d %s measurement(s) failed verification", bad, name)
+    failed = checks[checks.verdict == outcomes.Verdict.FAIL.value]
+    for row in failed.itertuples():
+        log.error("transfer: check failed: %s [%s] %s", row.check, row.case, row.note)
     return result

@@ -20,10 +20,16 @@ ERR_PEER_ALREADY_ENABLED, ERR_PEER_NOT_ENABLED = 704, 705
 KERNELS = r"""
 // Holds the stream until the host has queued every copy of a sample (or a timeout passes), so
 // the events time the copies, not the host issuing them (p2pBandwidthLatencyTest's delay kernel).
+// flag[1] = 1 records a timeout: the copies then started before the host finished queueing them
+// (a stream holds only so many queued operations), and the sample is invalid.
 extern "C" __global__ void spin(volatile int* flag, unsigned long long timeout_clocks) {
     long long start = clock64();
-    while (!*flag) {
-        if ((unsigned long long)(clock64() - start) > timeout_clocks) break;
+    while (!flag[0]) {
+        if ((unsigned long long)(clock64() - start) > timeout_clocks) {
+            flag[1] = 1;
+            __threadfence_system();
+            break;
+        }
     }
 }
 // SM copy: a grid-stride loop of 16-byte loads/stores; dst may be a peer GPU's memory.
@@ -77,15 +83,29 @@ class PinnedHost:
 
 
 class Flag:
-    """The spin kernel's flag: mapped, portable pinned memory (same address on host and GPUs, UVA)."""
+    """The spin kernel's flag: mapped, portable pinned memory (same address on host and GPUs, UVA).
+
+    Word 0 releases the spin kernel; word 1 is set by the kernel when it gave up waiting.
+    """
 
     def __init__(self):
         self.mem = PinnedHost(64, mapped=True)
         self.cell = ctypes.c_int.from_address(self.mem.ptr)
+        self.timeout_cell = ctypes.c_int.from_address(self.mem.ptr + ctypes.sizeof(ctypes.c_int))
         self.cell.value = 0
+        self.timeout_cell.value = 0
 
     def set(self, v: int):
         self.cell.value = v
+
+    def arm(self):
+        """Before a sample: the kernel will spin, and no timeout has been seen."""
+        self.timeout_cell.value = 0
+        self.cell.value = 0
+
+    @property
+    def timed_out(self) -> bool:
+        return bool(self.timeout_cell.value)
 
 
 class DeviceKit:
@@ -101,8 +121,11 @@ class DeviceKit:
             # One RawKernel object per device: it is compiled and loaded for the device it runs on.
             self.k_spin = cp.RawKernel(KERNELS, "spin")
             self.k_copy = cp.RawKernel(KERNELS, "copy_int4")
-            self.sm_count = int(r.getDeviceProperties(index)["multiProcessorCount"])
-            self.name = r.getDeviceProperties(index)["name"]
+            props = r.getDeviceProperties(index)
+            self.sm_count = int(props["multiProcessorCount"])
+            self.l2_bytes = int(props.get("l2CacheSize", 0) or 0)
+            self.bus_id = r.deviceGetPCIBusId(index)
+            self.name = props["name"]
             self.name = self.name.decode() if isinstance(self.name, bytes) else str(self.name)
             # Random source data, kept on the host to verify every destination afterwards.
             from gpulab.transfer.measure import random_bytes
@@ -110,8 +133,10 @@ class DeviceKit:
             self.src_host = random_bytes(nbytes, seed + 1000 * index)
             r.memcpy(self.src, self.src_host.ctypes.data, nbytes, H2D)
             # Compile and load both kernels now: loading a module while the spin kernel holds a
-            # stream could wait for it (lazy loading), which would distort the first sample.
-            self.k_spin((1,), (1,), (np.uint64(self.src), np.uint64(0)))
+            # stream could wait for it (lazy loading), which would distort the first sample. The
+            # flag handed to the warm-up spin is aux (cleared before each use): a zero there makes
+            # it time out at once and write its timeout word, which must not land in src.
+            self.k_spin((1,), (1,), (np.uint64(self.aux), np.uint64(0)))
             self.k_copy((1,), (32,), (np.uint64(self.aux), np.uint64(self.src), np.uint64(0)))
             r.deviceSynchronize()
 

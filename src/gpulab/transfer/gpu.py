@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from gpulab import devices
 from gpulab.transfer import cudart as cr
 from gpulab.transfer import hostdev, hybrid, malloc, p2p
 
@@ -52,7 +53,8 @@ def disabled_phase(cfg: dict) -> dict:
              "peer access stayed off: cudaDeviceDisablePeerAccess answered cudaErrorPeerAccessNotEnabled "
              f"for all {len(pairs)} pairs" if not leaked else f"CONTAMINATED: peer access was on for {leaked}")
     return {"p2p": rows, "sweep": sweep, "malloc": mal, "connectivity": can, "isolation_check": check,
-            "isolation_ok": not leaked, "gpu_names": [k.name for k in kits]}
+            "isolation_ok": not leaked, "isolation_pairs": len(pairs), "gpu_names": [k.name for k in kits],
+            "l2_bytes": [k.l2_bytes for k in kits]}
 
 
 def enabled_phase(cfg: dict) -> dict:
@@ -108,10 +110,13 @@ def host_phase(cfg: dict) -> dict:
         try:  # ours at exactly the reference's size and copy count, in the same process
             mine = hostdev.measure_one(kits[0], hb, "H2D", "pinned", "async", bar_n, c, int(cfg["warmup"]),
                                 int(cfg["repeats"]), scratch)
+            # Read the links right after the copies: an idle PCIe link trains down to save power.
+            links = devices.link_info([k.bus_id for k in kits])
         finally:
             hb.free()
             scratch.free()
     finally:
         for k in kits:
             k.free()
-    return {"host_device": sweep, "host_device_threads": thr, "h2d_bar": {"mine": mine, "torch": ref}}
+    return {"host_device": sweep, "host_device_threads": thr, "h2d_bar": {"mine": mine, "torch": ref},
+            "links": links}

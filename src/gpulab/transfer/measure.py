@@ -16,16 +16,22 @@ import numpy as np
 from gpulab import timing
 
 CONVENTIONS = (
-    "bytes counted once per direction; GB/s = 1e9 B/s; same-device copies count read+write (x2); "
-    "bidirectional = sum of both directions; latency = sample time / copies in the sample; "
-    "median over samples, min/max reported"
+    "bytes counted once per direction; GB/s = 1e9 B/s; same-device copies count read+write (x2), "
+    "as the datasheet memory bandwidth does; bidirectional = sum of both directions; latency = "
+    "sample time / copies in the sample; median over samples, min/max reported; at most 256 "
+    "copies queued per stream per sample; cache_resident rows fit in L2 (not memory bandwidth)"
 )
-MAX_COPIES = 1000  # cap on back-to-back copies per sample in size sweeps (small sizes)
+# Operations queued on one stream per sample behind the spin kernel. An H200 stream holds between
+# 1000 and 1500 queued operations; past that the host blocks while queueing, the spin kernel times
+# out and small-size figures drop by about 2x. 256 stays well below on every GPU we know of.
+MAX_QUEUED = 256
+MAX_COPIES = MAX_QUEUED  # cap on back-to-back copies per sample in size sweeps (small sizes)
 
 
 def copies_for(size: int, minimum: int, target_bytes: int) -> int:
-    """Back-to-back copies per sample: enough to move ``target_bytes``, at least ``minimum``."""
-    return int(max(minimum, min(MAX_COPIES, math.ceil(target_bytes / max(size, 1)))))
+    """Back-to-back copies per sample: enough to move ``target_bytes``, at least ``minimum``,
+    at most MAX_COPIES."""
+    return int(min(MAX_COPIES, max(minimum, math.ceil(target_bytes / max(size, 1)))))
 
 
 def bytes_moved(nbytes: int, copies: int, *, same_device: bool, bidirectional: bool = False) -> int:
@@ -53,8 +59,9 @@ def latency_row(samples_s, copies: int, **keys) -> dict:
             "unit": "us"}
 
 
-ROW_UNITS = {"bytes": "B", "bytes_per_sample": "B", "time_s_median": "s", "time_s_min": "s",
-             "time_s_max": "s", "spread": "(max-min)/median", "copies": "count"}
+# Columns of the transfer rows that the shared units table (gpulab.outcomes.UNITS) does not name.
+ROW_UNITS = {"bytes_per_sample": "B", "time_s_median": "s", "time_s_min": "s", "time_s_max": "s",
+             "spread": "(max-min)/median", "copies": "count", "spin_timeouts": "samples"}
 
 
 def random_bytes(n: int, seed: int) -> np.ndarray:

@@ -20,7 +20,11 @@ import time
 import pandas as pd
 
 from gpulab.transfer import cudart as cr
-from gpulab.transfer.measure import bandwidth_row, bytes_moved, copies_for, latency_row
+from gpulab.transfer.measure import (MAX_QUEUED, bandwidth_row, bytes_moved, copies_for,
+                                     latency_row)
+
+
+SPIN_RETRIES = 2
 
 
 class P2PBench:
@@ -28,6 +32,7 @@ class P2PBench:
         self.kits, self.cfg, self.p2p = kits, cfg, p2p
         self.flag = cr.Flag()
         self.scratch = cr.PinnedHost(kits[0].nbytes)
+        self.spin_timeouts = 0  # invalid samples of the last measurement
 
     # -- one copy, one sample -------------------------------------------------------------------
     def _copy(self, mech: str, dst: int, dst_dev: int, src: int, src_dev: int, n: int, stream):
@@ -37,12 +42,12 @@ class P2PBench:
         else:
             self.kits[src_dev].sm_copy(dst, src, n, stream)
 
-    def _sample(self, i: int, issue, others=()) -> tuple[float, float]:
-        """(GPU seconds between the events, host seconds spent queueing) for one sample."""
+    def _sample(self, i: int, issue, others=()) -> tuple[float, float, bool]:
+        """(GPU seconds between the events, host seconds queueing, spin kernel timed out)."""
         k = self.kits[i]
         s0 = k.streams[0]
         start, stop = k.event(), k.event()
-        self.flag.set(0)
+        self.flag.arm()
         k.spin(self.flag, s0)
         with cr.on(i):
             start.record(s0)
@@ -62,12 +67,31 @@ class P2PBench:
             stop.record(s0)
         self.flag.set(1)
         stop.synchronize()
-        return cupy_elapsed(start, stop), cpu
+        return cupy_elapsed(start, stop), cpu, self.flag.timed_out
 
     def _samples(self, i, issue, others=()):
+        """GPU and host seconds of the timed samples, and how many samples stayed invalid.
+
+        A sample whose spin kernel timed out timed the host's queueing, not the copies: it is
+        taken again (up to SPIN_RETRIES times); one still invalid after that is dropped and counted.
+        """
         n_warm, n_rep = int(self.cfg["warmup"]), int(self.cfg["repeats"])
-        out = [self._sample(i, issue, others) for _ in range(n_warm + n_rep)][n_warm:]
-        return [g for g, _ in out], [c for _, c in out]
+        for _ in range(n_warm):
+            self._sample(i, issue, others)
+        gpu, cpu, invalid = [], [], 0
+        for _ in range(n_rep):
+            for _attempt in range(1 + SPIN_RETRIES):
+                g, c, timed_out = self._sample(i, issue, others)
+                if not timed_out:
+                    gpu.append(g)
+                    cpu.append(c)
+                    break
+            else:
+                invalid += 1
+        self.spin_timeouts = invalid
+        if not gpu:  # every sample timed out: keep the row, the check fails on it
+            return [float("nan")], [float("nan")]
+        return gpu, cpu
 
     def _clear(self, dev: int, ptr: int, n: int):
         with cr.on(dev):
@@ -87,13 +111,21 @@ class P2PBench:
         gpu, cpu = self._samples(i, issue)
         return gpu, cpu, cr.readback_equal(kj.dst, ki.src_host[:n], self.scratch)
 
+    def _hygiene(self, i: int, j: int, n: int) -> dict:
+        """Per-row validity: samples lost to spin timeouts, and whether the data sat in L2."""
+        return {"spin_timeouts": self.spin_timeouts,
+                "cache_resident": cache_resident(n, i == j, self.kits[i].l2_bytes)}
+
     def uni(self, mech, i, j, n, copies, **keys) -> dict:
+        copies = queued(copies)
         gpu, _, ok = self._one_way(mech, i, j, n, copies)
         return bandwidth_row(gpu, bytes_moved(n, copies, same_device=i == j), test="uni",
                              metric="bandwidth", mechanism=mech, p2p=self.p2p, src=i, dst=j, bytes=n,
-                             copies=copies, verified=ok, clock="cuda events", **keys)
+                             copies=copies, verified=ok, clock="cuda events",
+                             **self._hygiene(i, j, n), **keys)
 
     def bi(self, mech, i, j, n, copies, **keys) -> dict:
+        copies = queued(copies)  # per stream: both directions queue this many
         ki, kj = self.kits[i], self.kits[j]
         back_dst = ki.aux if i == j else ki.dst  # same device: the second copy lands in aux
         s_back = kj.streams[1]
@@ -110,13 +142,14 @@ class P2PBench:
               and cr.readback_equal(back_dst, kj.src_host[:n], self.scratch))
         return bandwidth_row(gpu, bytes_moved(n, copies, same_device=i == j, bidirectional=True),
                              test="bi", metric="bandwidth", mechanism=mech, p2p=self.p2p, src=i,
-                             dst=j, bytes=n, copies=copies, verified=ok, clock="cuda events", **keys)
+                             dst=j, bytes=n, copies=copies, verified=ok, clock="cuda events",
+                             **self._hygiene(i, j, n), **keys)
 
     def latency(self, mech, i, j, **keys) -> list[dict]:
-        n, copies = int(self.cfg["latency_bytes"]), int(self.cfg["latency_copies"])
+        n, copies = int(self.cfg["latency_bytes"]), queued(int(self.cfg["latency_copies"]))
         gpu, cpu, ok = self._one_way(mech, i, j, n, copies)
         common = dict(test="latency", mechanism=mech, p2p=self.p2p, src=i, dst=j, bytes=n,
-                      verified=ok, **keys)
+                      verified=ok, spin_timeouts=self.spin_timeouts, **keys)
         return [latency_row(gpu, copies, metric="latency_gpu", clock="cuda events", **common),
                 latency_row(cpu, copies, metric="latency_cpu", clock="host perf_counter (queueing)",
                             **common)]
@@ -124,6 +157,20 @@ class P2PBench:
     def close(self):
         self.flag.mem.free()
         self.scratch.free()
+
+
+def queued(copies: int) -> int:
+    """Copies per stream in one sample, capped at MAX_QUEUED (see :mod:`gpulab.transfer.measure`)."""
+    return max(1, min(int(copies), MAX_QUEUED))
+
+
+def cache_resident(nbytes: int, same_device: bool, l2_bytes: int) -> bool:
+    """Whether a copy's working set on the issuing device fits in its L2 cache.
+
+    A same-device copy keeps source and destination there (2 x bytes); a peer copy only its source.
+    Such sizes measure the cache, not memory bandwidth. Unknown L2 size (0): not marked.
+    """
+    return bool(l2_bytes) and (2 if same_device else 1) * int(nbytes) <= int(l2_bytes)
 
 
 def cupy_elapsed(start, stop) -> float:

@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from gpulab import results  # noqa: E402
+from gpulab import outcomes, results  # noqa: E402
 from gpulab.report.html import Figures  # noqa: E402
 
 TITLE = "Data loading: CSV, JSON and HDF5"
@@ -39,7 +39,7 @@ stage runs on the host CPU only (one core per loader).</p>
 LOAD_COLS = {"format": "format", "method": "loader", "file_MB": "file (MB)",
              "load_ms": "load median (ms)", "load_min_ms": "min (ms)", "load_max_ms": "max (ms)",
              "file_MBps": "file MB/s", "Mrows_per_s": "M rows/s", "ttfb_ms": "first batch (ms)",
-             "peak_mem_MB": "peak mem (MB)", "round_trip_ok": "exact"}
+             "peak_mem_MB": "peak mem (MB)", "round_trip": "round trip"}
 
 
 def _loads(files: list[Path]) -> pd.DataFrame:
@@ -111,11 +111,15 @@ def render(files: list[Path], figs: Figures) -> str:
     parts = [_throughput_figure(df, figs), _size_figure(files, figs)]
     for host in sorted(df["host"].unique()):
         parts.append(_table(df, host, figs))
-    checks = results.collect(files, "checks")
+    checks = results.collect(files, outcomes.CHECKS)
     if not checks.empty:
-        n_ok = int(checks["passed"].astype(bool).sum())
-        parts.append(f"<p>Round-trip checks: {n_ok} of {len(checks)} loads returned exactly the "
+        judged = checks[checks.verdict != outcomes.Verdict.NOT_APPLICABLE.value]
+        n_ok = int((judged.verdict == outcomes.Verdict.PASS.value).sum())
+        parts.append(f"<p>Round-trip checks: {n_ok} of {len(judged)} loads returned exactly the "
                      f"data written.</p>")
+    na = results.collect(files, outcomes.NOT_APPLICABLE)
+    if not na.empty:
+        parts.append(figs.table(na[["host", "what", "reason"]], "Not checked, and why."))
     return "\n".join(p for p in parts if p)
 
 

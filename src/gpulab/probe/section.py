@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from gpulab import results  # noqa: E402
+from gpulab import outcomes, results  # noqa: E402
 from gpulab.report.html import Figures, esc, note  # noqa: E402
 
 TITLE = "System under test"
@@ -22,7 +22,11 @@ and width, NUMA node, NVLink state); peer access from the CUDA runtime (can devi
 device <i>j</i>'s memory); the link matrix from <code>nvidia-smi topo -m</code> (NV<i>n</i>: a bond
 of <i>n</i> NVLinks; PIX/PXB/PHB/NODE/SYS: PCIe paths of growing length). The CPU side (model,
 cores, RAM, NUMA nodes) comes from the operating system, the software versions from the Python
-environment that ran the jobs.</p>
+environment that ran the jobs. PCIe: the generation and width the link can train to in its slot
+(<i>max</i>, which the transfer stage's PCIe bars use as the limit) and the one it ran at when probed
+(<i>now</i>; an idle link trains down to save power, so a lower figure here is not a fault). The L2
+cache size marks the sizes other stages must not present as memory bandwidth. What could not be
+recorded is listed with the reason.</p>
 """
 
 
@@ -74,8 +78,9 @@ def _gpu_details(f: Path, a: dict, figs: Figures) -> list[str]:
     parts = []
     gpus = results.read_table(f, "gpus")
     cols = [c for c in ("index", "name", "compute_capability", "sm_count", "memory_bytes",
-                        "sm_clock_max_mhz", "mem_clock_max_mhz", "pci_bus_id", "numa_node",
-                        "pcie_gen_max", "pcie_width_max") if c in gpus.columns]
+                        "l2_cache_bytes", "sm_clock_max_mhz", "mem_clock_max_mhz", "pci_bus_id",
+                        "numa_node", "pcie_gen_max", "pcie_width_max", "pcie_gen_now", "pcie_width_now")
+            if c in gpus.columns]
     g = gpus[cols].copy()
     g["memory_bytes"] = (g["memory_bytes"] / 2**30).round(1)
     parts.append(figs.table(g.rename(columns={"memory_bytes": "memory (GiB)"}),
@@ -114,6 +119,10 @@ def render(files: list[Path], figs: Figures) -> str:
                               "and every stage ran on CPU virtual devices."))
         else:
             parts += _gpu_details(f, a, figs)
+        if outcomes.NOT_APPLICABLE in results.list_contents(f)["tables"]:
+            na = results.read_table(f, outcomes.NOT_APPLICABLE)
+            if len(na):
+                parts.append(figs.table(na, f"Not recorded on {a['host']}, and why."))
         numa = results.read_table(f, "numa")
         parts.append(f"<p>NUMA nodes: {len(numa)}; CPUs per node: "
                      f"{esc('; '.join(str(c) for c in numa['cpus']))}.</p>")

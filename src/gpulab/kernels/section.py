@@ -10,12 +10,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from gpulab import results  # noqa: E402
+from gpulab import outcomes, results  # noqa: E402
 from gpulab.report.html import Figures, esc, note  # noqa: E402
 
 TITLE = "Kernels: the divide kernel, splitting an image over devices, independent jobs"
 
-H200_D2D_GBPS = 4300.0  # known figure: torch D2D copy on an H200, read + write
 A5000_D2D_GBPS = 675.82  # seed: p2pBandwidthLatencyTest diagonal on an RTX A5000, bytes once
 
 METHODS = """
@@ -31,7 +30,17 @@ bytes written (2&times; the image) for the kernels and for the roofline alike: a
 same size on the same device (D2D on a GPU), timed in the same run. Times are medians of
 &ge;5 samples after warm-up (CUDA events on GPUs); a sample repeats the call until
 <code>batch_bytes</code> went through and reports the time per call, which hides launch cost on small
-sizes (small images can sit in L2 cache and beat the DRAM copy).</p>
+sizes. Sizes whose input and output together fit in the GPU's L2 cache are marked
+<i>cache-resident</i>: they measure the cache, not memory, and no bar uses them.</p>
+<p>Bars: vec16 against the same-size copy (&ge; 0.8), vec8 against naive and vec16 against
+<code>torch.floor_divide</code> (&ge; 1: different kernels on the same data, same run); the copy and the
+best hand-written kernel against the datasheet memory bandwidth of the GPU model
+(<code>gpulab/limits.yaml</code>; read+write counted on both sides; &ge; 0.75; an unknown model is
+<i>not_applicable</i> with the reason); the split's pipelined vs serial (&ge; 1), speed-up over one
+device / N (&ge; 0.8) and one host thread per device vs one for all (&ge; 0.95). On CPU virtual
+devices the split figures are recorded with the bars <i>not_applicable</i> (the bars are for GPUs).
+Checks: every output exact; the independent jobs spread over min(jobs, GPUs) ids and ran that many
+at once.</p>
 <p>The split cuts the image into equal chunks (16-byte aligned), one per device; each device has its
 own stream(s) and device buffers, the host buffers are pinned (or pageable, for comparison) and the
 copies are asynchronous. Events between the phases give per device: <i>copy to</i>, <i>kernel</i>,
@@ -69,6 +78,9 @@ def _divide_figure(df: pd.DataFrame, figs: Figures) -> str:
     fig, ax = plt.subplots(figsize=(7, 4))
     sns.lineplot(data=d[d.variant != "copy"], x="MiB", y="gbps", hue="variant",
                  style="who" if multi else None, marker="o", ax=ax)
+    if "cache_resident" in d and d["cache_resident"].astype(bool).any():
+        top = d[d["cache_resident"].astype(bool)]["MiB"].max()
+        ax.axvspan(d["MiB"].min(), top, color="0.85", zorder=0, label="fits in L2 (cache, not memory)")
     cp = d[d.variant == "copy"]
     for who, g in cp.groupby("who"):
         ax.plot(g["MiB"], g["gbps"], "k--", lw=1.2, label=f"copy (roofline){' ' + who if multi else ''}")
@@ -85,8 +97,8 @@ def _divide_figure(df: pd.DataFrame, figs: Figures) -> str:
 
 def _divide_table(df: pd.DataFrame, figs: Figures) -> str:
     big = df[df["size_bytes"] == df.groupby("host")["size_bytes"].transform("max")]
-    t = big[["host", "device_kind", "variant", "size_bytes", "gbps", "gbps_min", "gbps_max",
-             "fraction_of_copy", "verified"]].rename(columns={
+    t = big[[c for c in ("host", "device_kind", "variant", "size_bytes", "gbps", "gbps_min", "gbps_max",
+                         "fraction_of_copy", "cache_resident", "verified") if c in big.columns]].rename(columns={
                  "size_bytes": "size (B)", "gbps": "GB/s (r+w)", "gbps_min": "min",
                  "gbps_max": "max", "fraction_of_copy": "of copy"})
     return figs.table(t, "Divide kernel at the largest size: median GB/s (read + write) with the "
@@ -182,14 +194,24 @@ def render(files: list[Path], figs: Figures) -> str:
                                 "Each job: the GPU ids it held (slot and CUDA_VISIBLE_DEVICES; empty "
                                 "on a CPU host), process launch, kernel start and end (s since the first launch) and its "
                                 "kernel's GB/s (read + write)."))
-    bars = results.collect(mains + aggs, "bars")
+    bars = results.collect(mains, outcomes.BARS)
     if len(bars):
         parts.append("<h3>Bars</h3>")
-        parts.append(figs.table(bars[["host", "device_kind", "bar", "measured", "reference",
-                                      "ratio", "threshold", "passed", "unit", "note"]],
-                                "Measured against reference in the same run: ratio = measured / "
-                                "reference, passed = ratio >= threshold; n/a where the bar needs "
-                                "hardware this host lacks."))
+        parts.append(figs.table(bars[["host", "device_kind"] + outcomes.BAR_COLUMNS],
+                                "Measured against a reference from elsewhere (source column): ratio = "
+                                "measured / reference, pass when it meets the threshold; "
+                                "not_applicable, with the reason, where the bar needs hardware this "
+                                "host lacks."))
+    checks = results.collect(mains + aggs, outcomes.CHECKS)
+    if len(checks):
+        jobs_checks = checks[checks.check.str.startswith("jobs ")]
+        n_fail = int((checks.verdict == outcomes.Verdict.FAIL.value).sum())
+        parts.append(f"<p>Checks: {len(checks) - n_fail} of {len(checks)} passed or not applicable"
+                     f"{'' if not n_fail else f', <b>{n_fail} failed</b>'}.</p>")
+        if len(jobs_checks) or n_fail:
+            parts.append(figs.table(checks[checks.check.str.startswith("jobs ")
+                                           | (checks.verdict == outcomes.Verdict.FAIL.value)],
+                                    "Scheduling checks of the independent jobs, and any failed check."))
     if not parts:
         parts.append(note("No kernels results."))
     return "\n".join(parts)
@@ -204,9 +226,10 @@ def headlines(files: list[Path]) -> list[str]:
         big = d[d["size_bytes"] == d["size_bytes"].max()]
         best = big[big.variant != "copy"].sort_values("gbps").iloc[-1]
         copy = big[big.variant == "copy"].iloc[0]
+        failed = "" if a.get("verdict") != "fail" else f" FAILED: {a.get('verdict_summary')}."
         out.append(f"Divide kernel ({best.variant}) on {a.get('device_name')}: {best.gbps:.1f} GB/s "
                    f"(read+write), {100 * best.fraction_of_copy:.0f}% of a same-size copy "
-                   f"({copy.gbps:.1f} GB/s).")
+                   f"({copy.gbps:.1f} GB/s).{failed}")
     for f in aggs:
         s = results.read_table(f, "summary").iloc[0]
         host = results.read_attrs(f)["host"]
@@ -226,12 +249,12 @@ def references(files: list[Path]) -> pd.DataFrame:
         a = results.read_attrs(f)
         if a.get("device_kind") != "cuda":
             continue
+        for b in results.read_table(f, outcomes.BARS).itertuples():
+            if "datasheet" in b.bar and b.verdict != outcomes.Verdict.NOT_APPLICABLE.value:
+                rows.append({"metric": f"{b.bar} ({b.unit}, read+write)", "measured": b.measured,
+                             "reference": b.reference, "source": b.source, "fraction": b.ratio})
         d = results.read_table(f, "divide")
         copy = float(d[(d.variant == "copy") & (d.size_bytes == d.size_bytes.max())]["gbps"].iloc[0])
-        if "H200" in str(a.get("device_name")):
-            rows.append({"metric": "D2D copy, read+write (GB/s)", "measured": copy,
-                         "reference": H200_D2D_GBPS, "source": "known H200 figure (torch D2D)",
-                         "fraction": copy / H200_D2D_GBPS})
         rows.append({"metric": "same-device copy, bytes once (GB/s)", "measured": copy / 2,
                      "reference": A5000_D2D_GBPS,
                      "source": "seed: RTX A5000 p2pBandwidthLatencyTest diagonal",
