@@ -51,7 +51,7 @@ def test_stage_result_default_variant(tmp_path):
 
 def _check_report_section(files):
     from gpulab.report.html import Figures
-    from gpulab.report.sections import collectives as section
+    from gpulab.collectives import section
 
     figs = Figures()
     html = section.render(files, figs)

@@ -138,7 +138,7 @@ def test_stage_records_measurements_checks_and_what_is_not_applicable(stage_resu
 
 def test_report_section_renders_figures_tables_and_headlines(stage_result):
     from gpulab.report.html import Figures
-    from gpulab.report.sections import gemm as section
+    from gpulab.gemm import section
 
     figs = Figures()
     html = section.render([stage_result], figs)

@@ -193,7 +193,7 @@ def test_stage_writes_verified_tables_and_bars(tmp_path):
 
     # The report section renders this result (figures, tables) and gives headlines.
     from gpulab.report.html import Figures
-    from gpulab.report.sections import sort as section
+    from gpulab.sort import section
 
     figs = Figures()
     html = section.render([out], figs)

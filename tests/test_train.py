@@ -197,7 +197,7 @@ def test_models_split_and_shard_consistently():
 
 def test_report_section_renders_every_variant(stage):
     from gpulab.report.html import Figures
-    from gpulab.report.sections import train as section
+    from gpulab.train import section
 
     figs = Figures()
     html = section.render(list(stage.values()), figs)

@@ -62,12 +62,16 @@ STAGES: dict[str, StageSpec] = {s.name: s for s in [
     StageSpec("transfer", "Transfers and bandwidth", tables=("p2p", "bars", "checks")),
     StageSpec("kernels", "Kernels", tables=("divide", "split", "bars", "checks")),
     StageSpec("collectives", "Collectives", multiprocess=True, devices_keys=MULTI_PROCESS_KEYS,
-              tables=("library", "handwritten", "bars", "checks"), variants=_collectives_variants),
-    StageSpec("sort", "Multi-device sorting", tables=("runs", "phases", "bars", "checks")),
+              tables=("library", "allreduce_algorithms", "samples", "bars", "checks", "not_applicable"),
+              variants=_collectives_variants, section="gpulab.collectives.section"),
+    StageSpec("sort", "Multi-device sorting", tables=("runs", "phases", "bars", "checks", "not_applicable"),
+              section="gpulab.sort.section"),
     StageSpec("gemm", "Multi-device GEMM", multiprocess=True, devices_keys=MULTI_PROCESS_KEYS,
-              tables=("single", "multi", "bars", "checks")),
+              tables=("single", "multi", "scaling", "bars", "checks", "not_applicable"),
+              section="gpulab.gemm.section"),
     StageSpec("train", "Parallel training", multiprocess=True, devices_keys=MULTI_PROCESS_KEYS,
-              tables=("steps", "bars", "checks"), variants=_train_variants),
+              tables=("throughput", "ddp", "bars", "checks", "not_applicable"),
+              variants=_train_variants, section="gpulab.train.section"),
 ]}
 
 ORDER = list(STAGES)

@@ -26,10 +26,15 @@ log = logging.getLogger("gpulab.report")
 
 
 def module_for(stage: str) -> ModuleType | None:
+    from gpulab import stages
+
+    # A registered stage's section may live in its own package (StageSpec.section).
+    name = stages.STAGES[stage].section_module() if stage in stages.STAGES \
+        else f"gpulab.report.sections.{stage}"
     try:
-        return importlib.import_module(f"gpulab.report.sections.{stage}")
+        return importlib.import_module(name)
     except ModuleNotFoundError as exc:
-        if exc.name == f"gpulab.report.sections.{stage}":
+        if exc.name == name:
             return None
         raise
 
