@@ -13,7 +13,7 @@ from typing import Callable, Mapping
 # `devices` keys, by what a stage does with them. Only the keys a stage reads are in its jobs'
 # config payload, so e.g. a multi-node setting does not rerun a single-process stage.
 SINGLE_PROCESS_KEYS = ("backend", "cpu_devices", "gpus")
-MULTI_PROCESS_KEYS = SINGLE_PROCESS_KEYS + ("nodes",)
+MULTI_PROCESS_KEYS = SINGLE_PROCESS_KEYS + ("nodes", "nvls")
 
 
 def main_only(config: Mapping, host_gpus: int) -> list[str]:
