@@ -182,7 +182,7 @@ def render(files: list[Path], figs: Figures) -> str:
 
 
 def _checks_sentence(files: list[Path]) -> str:
-    return "Verification: " + checks_summary(files, "GEMM checks")
+    return "Verification: " + checks_summary(files, "GEMM checks verified")
 
 
 def headlines(files: list[Path]) -> list[str]:

@@ -23,17 +23,17 @@ def collect_labelled(files: list[Path], table: str, label: Callable[[dict], str]
     return df.drop(columns=[c for c in META if c in df.columns])
 
 
-def checks_summary(files: list[Path], what: str = "checks") -> str:
-    """"N of M <what> verified, K failed: ..." over the ``checks`` tables of ``files``.
+def checks_summary(files: list[Path], what: str = "checks verified") -> str:
+    """"N of M <what>, K failed: ..." over the ``checks`` tables of ``files``.
 
     Not-applicable checks are not counted; a crashed case is a failed check and is named.
     """
     checks = results.collect(files, "checks")
     if checks.empty:
-        return f"No {what} recorded."
+        return "No checks recorded."
     judged = checks[checks["verdict"] != "not_applicable"]
     failed = judged[judged["verdict"] == "fail"]
-    text = f"{len(judged) - len(failed)} of {len(judged)} {what} verified"
+    text = f"{len(judged) - len(failed)} of {len(judged)} {what}"
     if len(failed):
         names = [f"{r.check} [{r.case}]" for r in failed.itertuples()]
         more = f" and {len(names) - 3} more" if len(names) > 3 else ""

@@ -162,7 +162,7 @@ def render(files: list[Path], figs: Figures) -> str:
         return "<p>No sort results.</p>"
     parts = []
     parts.append(f"<p>{len(runs)} timed configurations. Verification: "
-                 f"{esc(checks_summary(files, 'sort checks'))}</p>")
+                 f"{esc(checks_summary(files, 'sort checks verified'))}</p>")
     bars = _collect(files, "bars")
     if not bars.empty:
         parts.append(figs.table(bars[["host", "bar", "measured", "reference", "ratio", "threshold",
@@ -226,7 +226,7 @@ def headlines(files: list[Path]) -> list[str]:
             best = top.loc[top["keys_per_s"].idxmax()]
             out.append(f"Best host-to-host sort of {int(best['n_keys'])} {best['key_type']} keys on "
                        f"{_label(a)}: {best['algorithm']} on {int(best['devices'])} device(s), "
-                       f"{_gk(best['keys_per_s'])}. {checks_summary([f], 'sort checks')}")
+                       f"{_gk(best['keys_per_s'])}. {checks_summary([f], 'sort checks verified')}")
     return out[:3]
 
 
