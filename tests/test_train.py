@@ -275,9 +275,6 @@ def test_model_parallel_bars_fail_on_a_degraded_measurement():
 
 
 def test_failed_and_crashed_checks_fail_the_variant(tmp_path, digits, monkeypatch):
-    bad = tables.checks([{"check": "naive_mp == unsplit", "value": 0.5, "tolerance": 1e-6,
-                          "passed": False}], "single")
-    assert bad[0].verdict == "fail" and bad[0].bound == 1e-6
 
     def crash(*args, **kwargs):
         raise launch.LaunchError("rank 1 exited with signal 9")

@@ -55,7 +55,7 @@ def run(ctx: StageContext):
             out = single.run_single(cfg, _digits(ctx), devices)
             _add(res, "throughput", out["throughput"])
             _add(res, "loss_curve", out["loss_curve"])
-            checks += tables.checks(out["checks"], "single")
+            checks += out["checks"]
             if kind == "cpu":
                 res.attrs["data_parallel_note"] = single.DP_CPU_NOTE
         elif ctx.variant == "ddp":
@@ -64,7 +64,7 @@ def run(ctx: StageContext):
             res.add_table("ddp", agg, units=tables.units_for(agg))
             _add(res, "ddp_ranks", [r for rk in ranks for r in rk["rows"]])
             _add(res, "lr_scaling", ranks[0]["curves"])
-            checks += tables.checks(ranks[0]["checks"], "ddp")
+            checks += [Check(**c) for c in ranks[0]["checks"]]
             bars += tables.ddp_bars(agg, kind, n)
         else:
             bars += _model_parallel(ctx, res, cfg, kind, n, checks)
@@ -89,7 +89,7 @@ def _model_parallel(ctx, res, cfg, kind, n, checks: list) -> list[Bar]:
         agg, rows_checked, bars = tables.tensor_tables(rows, [rk["checks"] for rk in ranks], cfg,
                                                        kind, n)
     res.add_table(ctx.variant, agg, units=tables.units_for(agg))
-    checks += tables.checks(rows_checked, ctx.variant)
+    checks += rows_checked
     return bars
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from gpulab.outcomes import Check
 from gpulab.train import data, loop, models
 
 DP_CPU_NOTE = ("no CUDA device: nn.DataParallel has no device_ids and calls the module as is, so "
@@ -108,7 +109,7 @@ def run_single(cfg: dict, dataset, devices) -> dict:
     return {"throughput": rows, "loss_curve": curves, "checks": checks}
 
 
-def naive_mp_check(cfg, name, devs, dataset, seed) -> dict:
+def naive_mp_check(cfg, name, devs, dataset, seed) -> Check:
     """The split model computes exactly what the unsplit one does (same init, same input)."""
     loop.seed_everything(seed)
     plain = models.build_classifier(name, cfg["mlp_hidden"]).to(devs[0])
@@ -118,8 +119,8 @@ def naive_mp_check(cfg, name, devs, dataset, seed) -> dict:
     with torch.no_grad():
         err = loop.rel_err(split(x).to(devs[0]), plain(x))
     tol = cfg["equivalence_tolerance"]
-    return {"check": f"naive_mp == unsplit ({name}, forward)", "value": err, "tolerance": tol,
-            "passed": bool(err <= tol)}
+    return Check.within(f"naive_mp == unsplit ({name}, forward)", "single", err, tol,
+                        note="max |a-b| / max |b| of the logits")
 
 
 def loss_curves(cfg, name, dataset, dev, seed) -> list[dict]:

@@ -17,18 +17,6 @@ def units_for(df: pd.DataFrame, extra: dict | None = None) -> dict:
     return outcomes.units_for(df, u)
 
 
-def checks(rows: list[dict], case: str) -> list[Check]:
-    """Check rows from the strategies' check dicts ({check, value, tolerance, passed, ...})."""
-    out = []
-    for r in rows:
-        extra = {k: v for k, v in r.items() if k not in ("check", "value", "tolerance", "passed")}
-        out.append(Check.of(r["check"], case, bool(r["passed"]), value=r["value"],
-                            bound=r["tolerance"],
-                            note=", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
-                                           for k, v in extra.items())))
-    return out
-
-
 def slowest_rank(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """One row per configuration: the slowest rank's timings (a synchronous step waits for it),
     the largest peak memory of any rank, and the number of ranks."""
@@ -115,9 +103,8 @@ def pipeline_tables(rows: list[dict], cfg: dict, kind: str, p: int):
         agg = pd.DataFrame(columns=keys)
     agg = pd.concat([agg, skipped], ignore_index=True).sort_values(keys).reset_index(drop=True)
     tol = cfg["float32_tolerance"]
-    checks = [{"check": f"pipeline {r.schedule} m={r.microbatches} == unsplit (grads, loss; "
-                        "float32)", "value": max(r.grad_rel_err, r.loss_rel_err), "tolerance": tol,
-               "passed": bool(max(r.grad_rel_err, r.loss_rel_err) <= tol)}
+    checks = [Check.within(f"pipeline {r.schedule} m={r.microbatches} == unsplit (grads, loss; "
+                           "float32)", "pipeline", max(r.grad_rel_err, r.loss_rel_err), tol)
               for r in agg.itertuples() if r.note == ""]
     why = multi_gpu_reason(kind, p)
     name = "pipeline bubble vs GPipe (p-1)/(m+p-1), GPipe schedule, largest m"
@@ -142,8 +129,8 @@ def tensor_tables(rows: list[dict], rank_checks: list[dict], cfg: dict, kind: st
     agg["speedup"] = [base.get(b, float("nan")) / s for b, s in zip(agg["global_batch"], agg["step_s_median"])]
     tol = cfg["float32_tolerance"]
     err = max(max(c["grad_rel_err"], c["loss_rel_err"]) for c in rank_checks)
-    checks = [{"check": f"tensor parallel on {n} rank(s) == unsplit (full grads, loss; float32)",
-               "value": err, "tolerance": tol, "passed": bool(err <= tol)}]
+    checks = [Check.within(f"tensor parallel on {n} rank(s) == unsplit (full grads, loss; float32)",
+                           "tensor", err, tol)]
     why = multi_gpu_reason(kind, n)
     name = f"tensor-parallel speedup on {n} devices (largest batch)"
     tp = agg[agg["mode"] == "tensor_parallel"]
