@@ -11,7 +11,8 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from gpulab import results  # noqa: E402
-from gpulab.report.frames import checks_summary, collect_labelled  # noqa: E402
+from gpulab.report.frames import (BAR_SHOWN, bar_references, checks_summary,  # noqa: E402
+                                   collect_labelled)
 from gpulab.report.html import Figures, esc  # noqa: E402
 
 TITLE = "Multi-device matrix multiplication (GEMM)"
@@ -162,8 +163,7 @@ def render(files: list[Path], figs: Figures) -> str:
                                          "P beyond the devices present is not applicable."))
     bars = _collect(files, "bars")
     if not bars.empty:
-        parts.append(figs.table(bars[["host", "bar", "measured", "reference", "ratio", "threshold",
-                                      "unit", "verdict", "source", "note"]],
+        parts.append(figs.table(bars[BAR_SHOWN],
                                 "Bars: single-device TFLOP/s against the datasheet dense peak; "
                                 "multi-device speed-up against the same GEMM on one device."))
     checks = _collect(files, "checks")
@@ -213,11 +213,5 @@ def headlines(files: list[Path]) -> list[str]:
 
 def references(files: list[Path]) -> pd.DataFrame:
     """The single-device bars that have a datasheet peak, as fractions of it."""
-    cols = ["metric", "measured", "reference", "source", "fraction"]
     bars = _collect(files, "bars")
-    if bars.empty:
-        return pd.DataFrame(columns=cols)
-    peak = bars[(bars["unit"] == "TFLOP/s") & bars["reference"].notna()]
-    return pd.DataFrame({"metric": peak["bar"] + " (" + peak["host"] + ")",
-                         "measured": peak["measured"], "reference": peak["reference"],
-                         "source": peak["source"], "fraction": peak["ratio"]}, columns=cols)
+    return bar_references(bars[bars["unit"] == "TFLOP/s"] if not bars.empty else bars)

@@ -90,25 +90,15 @@ def peak_bars(device: torch.device, device_name: str | None, size: int, precs, w
         return [Bar.not_applicable(peak_bar_name(p.name, size), why, unit="TFLOP/s")
                 for p in precs], []
     bars, checks = [], []
-    a32, b32 = numerics.random_inputs(size, size, size, seed, device)
-    for prec in precs:
-        a, b = a32.to(prec.dtype), b32.to(prec.dtype)
-        out = torch.empty(size, size, dtype=prec.dtype, device=device)
-        with numerics.matmul_mode(prec):
-            st = time_path(a, b, out, device, warmup, repeats)
-        rel = numerics.relative_error(*numerics.error_terms(out, a.double() @ b.double()))
-        row = {"M": size, "N": size, "K": size, "dtype": prec.name, "rel_error": rel,
-               "bound": prec.bound}
+    for row in baseline(device, [(size, size, size)], precs, warmup, repeats, seed):
         check = error_check(row, "peak bar")
         checks.append(check)
-        bar = peak_bar(prec.name, size, numerics.tflops(size, size, size, st.median), device_name)
+        bar = peak_bar(row["dtype"], size, row["tflops_median"], device_name)
         if check.verdict == "fail":
             # A fast wrong answer is not a result.
             bar = dataclasses.replace(bar, verdict=Verdict.FAIL.value, note=(
-                f"output failed its error check ({rel:.2e} > {prec.bound:g})"))
+                f"output failed its error check ({row['rel_error']:.2e} > {row['bound']:g})"))
         bars.append(bar)
-        del a, b, out
-    del a32, b32
     return bars, checks
 
 

@@ -8,6 +8,10 @@ import pandas as pd
 
 from gpulab import results
 
+# The columns of a collected ``bars`` table a section shows.
+BAR_SHOWN = ["host", "bar", "measured", "reference", "ratio", "threshold", "unit", "verdict",
+             "source", "note"]
+
 # Identity columns results.collect adds; sections show the host label instead.
 META = ["stage", "variant", "device_kind", "result_id"]
 
@@ -39,3 +43,14 @@ def checks_summary(files: list[Path], what: str = "checks verified") -> str:
         more = f" and {len(names) - 3} more" if len(names) > 3 else ""
         text += f", {len(failed)} failed: " + "; ".join(names[:3]) + more
     return text + "."
+
+
+def bar_references(bars: pd.DataFrame) -> pd.DataFrame:
+    """A section's ``references`` rows from its collected ``bars`` (those with a reference)."""
+    cols = ["metric", "measured", "reference", "source", "fraction"]
+    if bars.empty:
+        return pd.DataFrame(columns=cols)
+    b = bars[bars["reference"].notna()]
+    return pd.DataFrame({"metric": b["bar"] + " (" + b["host"] + ")", "measured": b["measured"],
+                         "reference": b["reference"], "source": b["source"],
+                         "fraction": b["ratio"]}, columns=cols)

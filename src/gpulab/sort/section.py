@@ -11,7 +11,8 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from gpulab import results  # noqa: E402
-from gpulab.report.frames import checks_summary, collect_labelled  # noqa: E402
+from gpulab.report.frames import (BAR_SHOWN, bar_references, checks_summary,  # noqa: E402
+                                   collect_labelled)
 from gpulab.report.html import Figures, esc  # noqa: E402
 
 TITLE = "Multi-device sorting"
@@ -165,8 +166,7 @@ def render(files: list[Path], figs: Figures) -> str:
                  f"{esc(checks_summary(files, 'sort checks verified'))}</p>")
     bars = _collect(files, "bars")
     if not bars.empty:
-        parts.append(figs.table(bars[["host", "bar", "measured", "reference", "ratio", "threshold",
-                                      "unit", "verdict", "source", "note"]],
+        parts.append(figs.table(bars[BAR_SHOWN],
                                 "Bars: multi-device speed-up against the same work on one device "
                                 "in the same run (ratio = efficiency = speed-up / P)."))
     checks = _collect(files, "checks")
@@ -232,11 +232,4 @@ def headlines(files: list[Path]) -> list[str]:
 
 def references(files: list[Path]) -> pd.DataFrame:
     """Multi-device speed-ups against the same work on one device."""
-    cols = ["metric", "measured", "reference", "source", "fraction"]
-    b = _collect(files, "bars")
-    if b.empty:
-        return pd.DataFrame(columns=cols)
-    b = b[b["reference"].notna()]
-    return pd.DataFrame({"metric": b["bar"] + " (" + b["host"] + ")", "measured": b["measured"],
-                         "reference": b["reference"], "source": b["source"],
-                         "fraction": b["ratio"]}, columns=cols)
+    return bar_references(_collect(files, "bars"))
