@@ -24,7 +24,11 @@ def test_stage_result_default_variant(tmp_path):
     ctx = _ctx(tmp_path, "default")
     path = results.write(run(ctx), ctx.out)
     a = results.read_attrs(path)
-    assert a["verified"] is True and a["world_size"] == 4 and a["device_kind"] == "cpu"
+    assert a["verdict"] == "pass" and a["world_size"] == 4 and a["device_kind"] == "cpu"
+    assert "verified" not in a
+    checks = results.read_table(path, "checks")
+    assert len(checks) == 2 * 7 + 3 * 2 and set(checks["verdict"]) == {"pass"}
+    assert (checks["value"] == 0).all()
     assert a["env"]["NCCL_NVLS_ENABLE"] == "0"
     lib = results.read_table(path, "library")
     assert lib.attrs["units"]["busbw_GBps"] == "GB/s" and lib["verified"].all()
@@ -41,8 +45,8 @@ def test_stage_result_default_variant(tmp_path):
     samples = results.read_table(path, "samples")
     assert len(samples) == 2 * (len(lib) + 3 * 2) and (samples["time_s"] > 0).all()
     bars = results.read_table(path, "bars")
-    assert len(bars) == 2 and set(bars["passed"]) == {"not applicable"}
-    assert bars["measured"].notna().all()
+    assert len(bars) == 3 and set(bars["verdict"]) == {"not_applicable"}
+    assert bars["measured"].notna().all() and bars["note"].str.contains("CPU").all()
     variants = results.read_table(path, "variants").set_index("variant")
     assert variants.loc["default", "status"] == "this result"
     assert variants.loc["tree", "status"].startswith("not applicable")
@@ -51,12 +55,14 @@ def test_stage_result_default_variant(tmp_path):
 
 def _check_report_section(files):
     from gpulab.report.html import Figures
-    from gpulab.report.sections import collectives as section
+    from gpulab.collectives import section
 
     figs = Figures()
     html = section.render(files, figs)
-    assert figs.figure_no == 2 and "Bars of issue 6" in html and "not applicable" in html
+    assert figs.figure_no == 2 and "Bars, measured in the same job" in html
+    assert "not_applicable" in html and "Not measured here, and why" in html
     assert "Verification: 20 of 20 collective results exact" in html
+    assert "process models differ" in section.METHODS
     lines = section.headlines(files)
     assert lines and "busbw" in lines[0] and "4 gloo ranks on CPU" in lines[0]
     refs = section.references(files)
@@ -71,8 +77,12 @@ def test_stage_nccl_variant_is_not_applicable_on_cpu(tmp_path):
     path = results.write(run(ctx), ctx.out)
     a = results.read_attrs(path)
     assert a["applicable"] is False and "NCCL_ALGO=Tree" in a["note"]
-    cov = results.read_table(path, "coverage")
-    assert cov["status"].str.startswith("not applicable").all()
+    # Nothing was checked: the verdict is not_applicable, and nothing claims "verified".
+    assert a["verdict"] == "not_applicable" and "verified" not in a
+    assert a["verdict_counts"]["checks"] == 0
+    na = results.read_table(path, "not_applicable")
+    assert na["what"].iloc[0] == "variant tree" and len(na) == 1 + 5 * 2
+    assert na["reason"].str.contains("NCCL").all()
     assert "library" not in results.list_contents(path)["tables"]
 
 
@@ -87,3 +97,30 @@ def test_stage_rejects_bad_config(tmp_path):
     with pytest.raises(ValueError, match="unknown collectives variant 'rings'"):
         run(_ctx(tmp_path, "rings"))
     json.dumps(ctx.config)  # the context stays plain data
+
+
+def test_a_wrong_element_or_a_crashed_launch_fails_the_stage(tmp_path, monkeypatch):
+    import gpulab.collectives as stage
+    from gpulab import launch
+
+    real = launch.run_workers
+
+    def corrupt(*args, **kwargs):
+        ranks = real(*args, **kwargs)
+        ranks[1]["rows"][0]["wrong"] = 3  # one rank saw 3 wrong elements in its first case
+        return ranks
+
+    monkeypatch.setattr(stage.launch, "run_workers", corrupt)
+    ctx = _ctx(tmp_path, "default")
+    ctx.config.update(sizes_bytes=[40004], algorithms=["ring"], ops=["all_reduce"])
+    a = results.read_attrs(results.write(stage.run(ctx), ctx.out))
+    assert a["verdict"] == "fail" and "1 failed" in a["verdict_summary"]
+
+    def crash(*args, **kwargs):
+        raise launch.LaunchError("rank 2 exited with signal 6")
+
+    monkeypatch.setattr(stage.launch, "run_workers", crash)
+    ctx = _ctx(tmp_path, "default")
+    path = results.write(stage.run(ctx), tmp_path / "crash.h5")
+    a = results.read_attrs(path)
+    assert a["verdict"] == "fail" and "1 crashed" in a["verdict_summary"]

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from gpulab import outcomes
 from gpulab.collectives import assemble, data, formulas, handwritten, library, nccltests
 
 FIX = Path(__file__).parent / "fixtures" / "collectives"
@@ -130,18 +131,39 @@ def _algs(lib_bw, ring_bw, n=4):
 
 
 def test_bars_pass_fail_and_not_applicable():
-    b = assemble.bars(_algs(100.0, 80.0), "cuda", 4, 98.0, "nccl-tests in the same job")
-    assert list(b.columns) == assemble.BAR_COLUMNS
-    assert list(b["passed"]) == ["yes", "yes"]
-    assert b["ratio"].iloc[1] == pytest.approx(0.8)
-    b = assemble.bars(_algs(100.0, 60.0), "cuda", 4, 110.0, "")
-    assert list(b["passed"]) == ["no", "no"]
-    b = assemble.bars(_algs(100.0, 80.0), "cuda", 4, None, "not on PATH")
-    assert b["passed"].iloc[0] == "not available" and "not on PATH" in b["note"].iloc[0]
-    b = assemble.bars(_algs(0.0, 0.0, n=1), "cuda", 1, None, "")
-    assert set(b["passed"]) == {"not applicable"} and "world size 1" in b["note"].iloc[0]
-    b = assemble.bars(_algs(1.0, 1.2, n=2), "cpu", 2, None, "")
-    assert set(b["passed"]) == {"not applicable"} and b["measured"].iloc[1] == 1.2
+    b = outcomes.bars_frame(assemble.bars(_algs(100.0, 80.0), "cuda", 4, 98.0, "in the same job"))
+    assert list(b.columns) == outcomes.BAR_COLUMNS
+    assert list(b["verdict"]) == ["pass", "pass", "pass"]
+    assert b["ratio"].iloc[2] == pytest.approx(0.8) and "nccl-tests" in b["source"].iloc[0]
+    # A slow hand-written ring and a library well below nccl-tests fail.
+    b = outcomes.bars_frame(assemble.bars(_algs(100.0, 60.0), "cuda", 4, 110.0, ""))
+    assert list(b["verdict"]) == ["fail", "pass", "fail"]
+    # Two-sided: a library figure 10% above nccl-tests means the two sides differ too.
+    b = outcomes.bars_frame(assemble.bars(_algs(110.0, 80.0), "cuda", 4, 100.0, ""))
+    assert list(b["verdict"]) == ["pass", "fail", "pass"]
+    b = outcomes.bars_frame(assemble.bars(_algs(100.0, 80.0), "cuda", 4, None, "not on PATH"))
+    assert list(b["verdict"]) == ["not_applicable", "not_applicable", "pass"]
+    assert "not on PATH" in b["note"].iloc[0]
+    b = outcomes.bars_frame(assemble.bars(_algs(0.0, 0.0, n=1), "cuda", 1, None, ""))
+    assert set(b["verdict"]) == {"not_applicable"} and "world size 1" in b["note"].iloc[0]
+    b = outcomes.bars_frame(assemble.bars(_algs(1.0, 1.2, n=2), "cpu", 2, None, ""))
+    assert set(b["verdict"]) == {"not_applicable"} and b["measured"].iloc[2] == 1.2
+
+
+def test_checks_fail_on_a_wrong_element():
+    merged = assemble.merge_ranks([_rank([1.0]), _rank([1.0], wrong=1)])
+    [c] = assemble.checks(merged, "gloo")
+    assert c.verdict == "fail" and c.value == 1
+    [c] = assemble.checks(assemble.merge_ranks([_rank([1.0]), _rank([1.0])]), "gloo")
+    assert c.verdict == "pass"
+
+
+def test_nccl_tests_reference_is_the_median_over_cycles():
+    rows = [{"size_bytes": 2**30, "ip_time_us": t, "ip_busbw_GBps": 0.0, "ip_wrong": 0.0}
+            for t in (5000.0, 4000.0, 9000.0)]
+    ref = nccltests.reference(rows, 8)
+    assert ref["ip_time_s_median"] == pytest.approx(5e-3) and ref["cycles"] == 3
+    assert ref["ip_busbw_GBps"] == pytest.approx(formulas.busbw("all_reduce", 8, 2**30, 5e-3))
 
 
 def test_parse_nccl_tests_output():
@@ -160,3 +182,16 @@ def test_nccl_tests_binary_lookup(tmp_path, monkeypatch):
     assert nccltests.find() is None
     with pytest.raises(FileNotFoundError, match="not an executable"):
         nccltests.find(str(tmp_path / "missing"))
+
+
+def test_nvlink_multicast_stays_off_unless_the_config_opts_in(monkeypatch):
+    from gpulab import launch
+
+    assert launch.safe_env({})["NCCL_NVLS_ENABLE"] == "0"
+    assert launch.safe_env({"nvls": False}) == launch.SAFE_ENV
+    assert launch.safe_env({"nvls": True}) == {} and launch.multicast_allowed({"nvls": True})
+    monkeypatch.setenv("NCCL_NVLS_ENABLE", "1")  # inherited from a user's shell
+    launch.apply_safe_env({"backend": "cuda"})
+    import os
+
+    assert os.environ["NCCL_NVLS_ENABLE"] == "0"

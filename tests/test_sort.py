@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from gpulab import results, timing
-from gpulab.sort import het, keys, p2p, radix
+from gpulab import outcomes, results, timing
+from gpulab.sort import bench, het, keys, moves, p2p, radix
 from gpulab.sort.backend import NumpyBackend, make_backend
 from gpulab.sort.chunks import chunk_sizes
 from gpulab.sort.merge import (leftmost_pivot, leftmost_pivot_bruteforce, merge_sorted,
@@ -167,7 +167,9 @@ def test_stage_writes_verified_tables_and_bars(tmp_path):
     out = tmp_path / "sort.h5"
     assert stage_main("sort", run, argv=["--config-json", json.dumps(cfg), "--out", str(out)]) == 0
     a = results.read_attrs(out)
-    assert a["device_kind"] == "cpu" and a["all_verified"] is True and a["failures"] == 0
+    assert a["device_kind"] == "cpu" and a["verdict"] == "pass"
+    assert a["verdict_counts"]["crashed"] == 0
+    assert not {"all_verified", "verified"} & set(a)
     runs = results.read_table(out, "runs")
     assert runs["verified"].all()
     assert runs.attrs["units"]["keys_per_s"] == "keys/s"
@@ -182,21 +184,144 @@ def test_stage_writes_verified_tables_and_bars(tmp_path):
     logic = results.read_table(out, "logic_check")  # 4 > 3 devices present: logical devices
     assert set(logic["logical_devices"]) == {4} and logic["verified"].all()
     assert set(logic["algorithm"]) == {"p2p", "het", "radix"} and logic["pivots_leftmost"].all()
-    skipped = results.read_table(out, "skipped")
-    assert "8 devices" in set(skipped["what"]) and "cupy.sort" in set(skipped["what"])
-    bars = results.read_table(out, "bars").set_index("bar")
-    assert len(bars) == 2
-    single = bars.loc[[b for b in bars.index if b.startswith("single-device")][0]]
-    assert single["passed"] == "n/a"
-    pivot = bars.loc[[b for b in bars.index if b.startswith("P2P")][0]]
-    assert pivot["passed"] == "True" and pivot["measured"] == pivot["reference"] > 0
+    na = results.read_table(out, "not_applicable")
+    assert "8 devices" in set(na["what"]) and "cupy.sort" in set(na["what"])
+    assert "CUDA" in na.set_index("what").loc[bench.HARNESS_CHECK, "reason"]
+    checks = results.read_table(out, "checks")
+    assert set(checks["verdict"]) == {"pass"}
+    assert len(checks[checks["check"] == "sorted permutation of the input"]) == len(runs) + len(logic)
+    moved = checks[checks["check"] == moves.CHECK].set_index("case")
+    assert len(moved) == 2  # 2 and 3 devices
+    two = moved.loc[[c for c in moved.index if " on 2 devices" in c][0]]
+    assert two["value"] == two["bound"] > 0
+    bars = results.read_table(out, "bars")
+    assert list(bars.columns) == outcomes.BAR_COLUMNS and len(bars) == 1
+    assert bars["verdict"].iloc[0] == "not_applicable" and "cores" in bars["note"].iloc[0]
 
     # The report section renders this result (figures, tables) and gives headlines.
     from gpulab.report.html import Figures
-    from gpulab.report.sections import sort as section
+    from gpulab.sort import section
 
     figs = Figures()
     html = section.render([out], figs)
     assert figs.figure_no == 3 and "logical devices" in html and "FAILED" not in html
-    assert section.headlines([out]) and "all" in section.headlines([out])[0]
-    assert section.references([out]).empty  # the cupy bar is not applicable on CPU
+    assert "sort checks verified" in html and "failed" not in html
+    assert section.headlines([out]) and "sort checks verified" in section.headlines([out])[0]
+    assert section.references([out]).empty  # the speed-up bar is not applicable on CPU
+
+
+def _minimal_exchange_bruteforce(left: list, right: list) -> int:
+    """Fewest keys ending on the other device of two, by trying every split of the keys (tags are
+    the keys' list positions) into a left part of len(left) keys, all <= every right key."""
+    import itertools
+
+    tagged = [(v, 0) for v in left] + [(v, 1) for v in right]
+    best = None
+    for pick in itertools.combinations(range(len(tagged)), len(left)):
+        chosen = set(pick)
+        low = [tagged[i] for i in pick]
+        high = [tagged[i] for i in range(len(tagged)) if i not in chosen]
+        if low and high and max(v for v, _ in low) > min(v for v, _ in high):
+            continue
+        moved = sum(side != 0 for _, side in low) + sum(side != 1 for _, side in high)
+        best = moved if best is None else min(best, moved)
+    return best
+
+
+def test_p2p_exchange_is_the_bruteforced_minimum_on_small_inputs():
+    rng = np.random.default_rng(11)
+    for trial in range(150):
+        n = int(rng.integers(2, 13))
+        hi = int(rng.choice([2, 4, 1000]))  # ties decide what a minimal exchange may leave
+        x = rng.integers(0, hi, n).astype(np.uint32)
+        sizes = chunk_sizes(n, 2)
+        left, right = sorted(x[:sizes[0]].tolist()), sorted(x[sizes[0]:].tolist())
+        out, info = _run("p2p", x, 2)
+        assert np.array_equal(out, np.sort(x))
+        claimed = 2 * sum(s["pivot"] for s in info["steps"])
+        assert claimed == _minimal_exchange_bruteforce(left, right), (x, info["steps"])
+
+
+@pytest.mark.parametrize("devices", [2, 3, 4])
+def test_moved_keys_counted_from_origin_tags_match_the_pivots(devices):
+    b = NumpyBackend(devices)
+    try:
+        counted, needed, claimed = moves.count_run(b, 5003, 8,
+                                                   lambda be: p2p.P2PMerge(be, timing.Stopwatch()))
+    finally:
+        b.close()
+    assert counted == needed > 0
+    check = moves.judge("t", devices, counted, needed, claimed)
+    assert check.verdict == "pass", check
+    if devices == 2:
+        assert claimed == needed
+
+
+def test_moved_keys_check_fails_on_a_wrong_pivot(monkeypatch):
+    real = p2p.leftmost_pivot
+
+    def one_too_many(left_at, len_left, right_at, len_right):
+        return min(real(left_at, len_left, right_at, len_right) + 1, len_left, len_right)
+
+    monkeypatch.setattr(p2p, "leftmost_pivot", one_too_many)
+    b = NumpyBackend(2)
+    try:
+        counted, needed, claimed = moves.count_run(b, 4001, 8,
+                                                   lambda be: p2p.P2PMerge(be, timing.Stopwatch()))
+    finally:
+        b.close()
+    assert claimed == needed + 2
+    assert moves.judge("wrong pivot", 2, counted, needed, claimed).verdict == "fail"
+
+
+def test_moved_keys_check_fails_on_a_corrupted_output():
+    keys_ = moves.tagged_keys(1000, 3)
+    origin = moves.origins(keys_, [500, 500])
+    good = [np.arange(500), np.arange(500, 1000)]
+    needed = moves.needed_moves(origin, [500, 500])
+    assert moves.ended_elsewhere(origin, good) == needed
+    # Swap a key that started on device 0 with one that started on device 1, each now sitting
+    # at home: afterwards both sit on the wrong device.
+    a, c = int(np.flatnonzero(origin[good[0]] == 0)[0]), int(np.flatnonzero(origin[good[1]] == 1)[0])
+    bad = [good[0].copy(), good[1].copy()]
+    bad[0][a], bad[1][c] = good[1][c], good[0][a]
+    counted = moves.ended_elsewhere(origin, bad)
+    assert counted == needed + 2
+    assert moves.judge("corrupted", 2, counted, needed, needed).verdict == "fail"
+
+
+def test_harness_check_fails_on_an_injected_delay():
+    assert bench.harness_verdict("2^30 keys", 1.02, 1.0).verdict == "pass"
+    slow = bench.harness_verdict("2^30 keys", 1.25, 1.0)
+    assert slow.verdict == "fail" and slow.check.startswith("harness overhead")
+
+
+def _h2h(alg, devices, t, n=1000):
+    return {"sweep": "size", "algorithm": alg, "scope": "host-to-host", "devices": devices,
+            "n_keys": n, "time_s_median": t, "verified": True}
+
+
+def test_sort_speedup_bar_against_one_device_and_fails_when_slow():
+    rows = [_h2h("p2p", 1, 8.0), _h2h("p2p", 4, 2.5), _h2h("radix", 1, 8.0), _h2h("radix", 4, 6.0),
+            _h2h("p2p", 4, 100.0, n=10)]
+    bars = {b.bar.split()[0]: b for b in bench.speedup_bars(rows, "cuda", 4)}
+    assert bars["p2p"].verdict == "pass" and bars["p2p"].measured == pytest.approx(3.2)
+    assert bars["p2p"].ratio == pytest.approx(0.8) and "one device" in bars["p2p"].source
+    assert bars["radix"].verdict == "fail" and bars["radix"].ratio == pytest.approx(1 / 3)
+    [cpu] = bench.speedup_bars(rows, "cpu", 4)
+    assert cpu.verdict == "not_applicable"
+    [one] = bench.speedup_bars(rows, "cuda", 1)
+    assert one.verdict == "not_applicable" and "1 here" in one.note
+
+
+def test_a_crashed_case_is_a_failed_check():
+    b = bench.Bench({"device_counts": [1], "warmup": 0, "repeats": 1}, "cpu", 1, "cpu")
+    try:
+        try:
+            raise MemoryError("out of device memory")
+        except MemoryError as exc:
+            b._fail("p2p on 1 device(s) uint32/uniform/10", exc)
+        checks = b.checks([])
+    finally:
+        b.close()
+    assert [c.verdict for c in checks] == ["fail"] and "out of device memory" in checks[0].note

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from gpulab import config as cfgmod
-from gpulab import results
+from gpulab import launch, outcomes, results
 from gpulab.stage import StageContext
 from gpulab.train import data, loop, models, run, tables
 
@@ -63,7 +63,9 @@ def stage(tmp_path_factory, digits) -> dict[str, Path]:
 
 def _checks_pass(path):
     chk = results.read_table(path, "checks")
-    assert len(chk) and chk["passed"].all(), chk.to_string()
+    assert len(chk) and (chk["verdict"] == "pass").all(), chk.to_string()
+    a = results.read_attrs(path)
+    assert a["verdict"] == "pass" and not {"verified", "all_verified"} & set(a)
     return chk
 
 
@@ -116,8 +118,12 @@ def test_ddp_matches_single_device_and_sweeps_every_axis(stage):
     assert (strong["global_batch"] == 32).all() and set(strong["local_batch"]) == {32, 16}
     ranks = results.read_table(p, "ddp_ranks")
     assert set(ranks["rank"]) == {0, 1}
+    for sweep in ("strong", "weak"):
+        s = agg[(agg["sweep"] == sweep) & (agg["model"] == "mlp")].set_index("devices")
+        assert s.loc[2, "speedup"] == pytest.approx(2 * s.loc[2, "efficiency"])
     bars = results.read_table(p, "bars")
-    assert list(bars.columns) == tables.BAR_COLUMNS and (bars["passed"] == "n/a").all()
+    assert list(bars.columns) == outcomes.BAR_COLUMNS and (bars["verdict"] == "not_applicable").all()
+    assert bars["note"].str.contains("CPU virtual devices").all()
 
 
 def test_lr_scaling_rule_with_warmup(stage):
@@ -138,7 +144,7 @@ def test_pipeline_matches_unsplit_model_and_measures_the_bubble(stage):
     assert len(ran) == 3 and np.isfinite(ran["bubble_measured"]).all()
     assert ran["bubble_gpipe"].tolist() == pytest.approx(
         [loop.gpipe_bubble(2, m) for m in ran["microbatches"]])
-    assert (results.read_table(p, "bars")["passed"] == "n/a").all()
+    assert (results.read_table(p, "bars")["verdict"] == "not_applicable").all()
 
 
 def test_tensor_parallel_matches_unsplit_and_shards_parameters(stage):
@@ -197,7 +203,7 @@ def test_models_split_and_shard_consistently():
 
 def test_report_section_renders_every_variant(stage):
     from gpulab.report.html import Figures
-    from gpulab.report.sections import train as section
+    from gpulab.train import section
 
     figs = Figures()
     html = section.render(list(stage.values()), figs)
@@ -228,3 +234,61 @@ def test_script_help():
     out = subprocess.run([sys.executable, str(REPO / "scripts/train.py"), "--help"],
                          capture_output=True, text=True, check=True).stdout
     assert "--variant" in out and "--data" in out and "pipeline" in out
+
+
+def _ddp_agg(speedup_at_2: float) -> "pd.DataFrame":
+    import pandas as pd
+
+    rows = []
+    for sweep, local in (("strong", (32, 16)), ("weak", (32, 32))):
+        for devices, lb in zip((1, 2), local):
+            t = 1.0 if devices == 1 else (32 * 2 if sweep == "weak" else 32) / (32 * speedup_at_2)
+            rows.append({"sweep": sweep, "model": "mlp", "devices": devices, "local_batch": lb,
+                         "global_batch": lb * devices, "bucket_cap_mb": 25, "comm_hook": "none",
+                         "step_s_median": t, "rank": 0, "peak_mem_bytes": 0.0})
+    return tables.ddp_table(rows)
+
+
+def test_ddp_bars_are_speedups_against_one_device_and_fail_when_slow():
+    good = {b.bar.split()[1]: b for b in tables.ddp_bars(_ddp_agg(1.9), "cuda", 2)}
+    assert good["strong-scaling"].verdict == "pass" and good["weak-scaling"].verdict == "pass"
+    assert good["strong-scaling"].measured == pytest.approx(1.9) and good["strong-scaling"].reference == 2
+    assert "same work" in good["strong-scaling"].source
+    slow = {b.bar.split()[1]: b for b in tables.ddp_bars(_ddp_agg(1.1), "cuda", 2)}  # a slow link
+    assert slow["strong-scaling"].verdict == "fail" and slow["weak-scaling"].verdict == "fail"
+    assert slow["strong-scaling"].ratio == pytest.approx(0.55)
+    assert {b.verdict for b in tables.ddp_bars(_ddp_agg(1.9), "cpu", 2)} == {"not_applicable"}
+
+
+def test_model_parallel_bars_fail_on_a_degraded_measurement():
+    rows = [{"mode": m, "devices": d, "global_batch": 16, "step_s_median": t, "rank": 0,
+             "params_local": 10, "peak_mem_bytes": 0.0}
+            for m, d, t in (("unsplit", 1, 1.0), ("tensor_parallel", 2, 0.6))]
+    checks = [{"grad_rel_err": 0.0, "loss_rel_err": 0.0}]
+    _, _, [ok] = tables.tensor_tables(rows, checks, {"float32_tolerance": 1e-4}, "cuda", 2)
+    assert ok.verdict == "pass"
+    rows[1]["step_s_median"] = 1.5  # slower than the unsplit model
+    _, _, [slow] = tables.tensor_tables(rows, checks, {"float32_tolerance": 1e-4}, "cuda", 2)
+    assert slow.verdict == "fail"
+    assert tables._bubble_bar("b", 0.45, 0.2, 0.10, "").verdict == "fail"
+    assert tables._bubble_bar("b", 0.25, 0.2, 0.10, "").verdict == "pass"
+
+
+def test_failed_and_crashed_checks_fail_the_variant(tmp_path, digits, monkeypatch):
+
+    def crash(*args, **kwargs):
+        raise launch.LaunchError("rank 1 exited with signal 9")
+
+    monkeypatch.setattr(launch, "run_workers", crash)
+    p = _run("tensor", tmp_path, digits)
+    a = results.read_attrs(p)
+    assert a["verdict"] == "fail" and "1 crashed" in a["verdict_summary"]
+
+
+def test_single_process_timers_wait_for_every_device_used(monkeypatch):
+    synced = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda d=None: synced.append(d))
+    devs = [torch.device("cuda", 1), torch.device("cuda", 0), torch.device("cuda", 1)]
+    loop.sync_fn(devs)()
+    assert synced == [torch.device("cuda", 0), torch.device("cuda", 1)]
+    assert loop.sync_fn([torch.device("cpu")]) is None

@@ -116,12 +116,6 @@ def _validator(which: str | Path | None):
     if isinstance(which, str) and not which.endswith(".yaml"):
         return _packaged_validator(which)
     path = Path(which)
-    name = path.name.removesuffix(".schema.yaml")
-    if not path.exists() and path.parent.name == "schemas" and (
-            name in stages.STAGES or name in ("config", "common")):
-        # The pre-package location workflow/schemas/<name>.schema.yaml, still named by stage code
-        # written before the schemas moved into the package: the same schema, from the package.
-        return _packaged_validator(name)
     sch = _load_yaml(path)
     sch["$id"] = path.resolve().as_uri()
     return _validator_for(sch)

@@ -26,8 +26,29 @@ from typing import Any, Callable, Mapping
 
 log = logging.getLogger("gpulab.launch")
 
-# Children inherit these; NVLink multicast (NVLS) stays off on shared hosts (see README).
+# Children inherit these; NVLink multicast (NVLS) stays off on shared hosts (see README): it can
+# take a shared host's GPUs out of service. Only `devices.nvls: true` in the config lets it on.
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def multicast_allowed(devices_config: Mapping[str, Any] | None) -> bool:
+    """True only where the config opts in to NVLink multicast (``devices.nvls: true``)."""
+    return bool((devices_config or {}).get("nvls", False))
+
+
+def safe_env(devices_config: Mapping[str, Any] | None) -> dict[str, str]:
+    """The environment a process that may use NCCL gets on top of its own (empty when opted in)."""
+    return {} if multicast_allowed(devices_config) else dict(SAFE_ENV)
+
+
+def apply_safe_env(devices_config: Mapping[str, Any] | None) -> dict[str, str]:
+    """Force :data:`SAFE_ENV` into this process (a single-process multi-GPU stage); returns it.
+
+    NCCL reads it when its first communicator is created, so call this before any CUDA collective.
+    """
+    env = safe_env(devices_config)
+    os.environ.update(env)
+    return env
 
 
 class LaunchError(RuntimeError):
@@ -68,15 +89,19 @@ def torchrun_cmd(module: str, args: list[str], nproc: int, node: NodeSpec = Node
 
 
 def run_workers(module: str, payload: Mapping[str, Any], nproc: int, *, node: NodeSpec = NodeSpec(),
-                env: Mapping[str, str] | None = None, timeout: float = 1800) -> list[dict]:
-    """Run ``module`` on ``nproc`` ranks and return each local rank's result (rank order)."""
+                env: Mapping[str, str] | None = None, timeout: float = 1800,
+                multicast: bool = False) -> list[dict]:
+    """Run ``module`` on ``nproc`` ranks and return each local rank's result (rank order).
+
+    ``multicast``: leave NVLink multicast to NCCL's default (see :func:`multicast_allowed`).
+    """
     if nproc < 1:
         raise LaunchError(f"nproc must be >= 1, got {nproc}")
     with tempfile.TemporaryDirectory(prefix="gpulab-launch-") as tmp:
         pfile = Path(tmp) / "payload.json"
         pfile.write_text(json.dumps(payload, default=str))
         cmd = torchrun_cmd(module, ["--payload", str(pfile), "--out-dir", tmp], nproc, node)
-        child_env = {**os.environ, **SAFE_ENV, **(env or {})}
+        child_env = {**os.environ, **({} if multicast else SAFE_ENV), **(env or {})}
         child_env.setdefault("OMP_NUM_THREADS", "1")
         log.info("launch: %s", " ".join(cmd))
         p = subprocess.run(cmd, env=child_env, capture_output=True, text=True, timeout=timeout)

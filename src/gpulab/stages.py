@@ -13,7 +13,7 @@ from typing import Callable, Mapping
 # `devices` keys, by what a stage does with them. Only the keys a stage reads are in its jobs'
 # config payload, so e.g. a multi-node setting does not rerun a single-process stage.
 SINGLE_PROCESS_KEYS = ("backend", "cpu_devices", "gpus")
-MULTI_PROCESS_KEYS = SINGLE_PROCESS_KEYS + ("nodes",)
+MULTI_PROCESS_KEYS = SINGLE_PROCESS_KEYS + ("nodes", "nvls")
 
 
 def main_only(config: Mapping, host_gpus: int) -> list[str]:
@@ -125,12 +125,17 @@ STAGES: dict[str, StageSpec] = {s.name: s for s in [
               section="gpulab.kernels.section", timing_sensitive=True,
               rules="workflow/rules/kernels.smk", extra_results=("kernels/{host}/jobs.h5",)),
     StageSpec("collectives", "Collectives", multiprocess=True, devices_keys=MULTI_PROCESS_KEYS,
-              tables=("library", "handwritten", "bars", "checks"), variants=_collectives_variants),
-    StageSpec("sort", "Multi-device sorting", tables=("runs", "phases", "bars", "checks")),
+              tables=("library", "allreduce_algorithms", "samples", "bars", "checks", "not_applicable"),
+              variants=_collectives_variants, section="gpulab.collectives.section",
+              timing_sensitive=True),
+    StageSpec("sort", "Multi-device sorting", tables=("runs", "phases", "bars", "checks", "not_applicable"),
+              section="gpulab.sort.section", timing_sensitive=True),
     StageSpec("gemm", "Multi-device GEMM", multiprocess=True, devices_keys=MULTI_PROCESS_KEYS,
-              tables=("single", "multi", "bars", "checks")),
+              tables=("single", "multi", "scaling", "bars", "checks", "not_applicable"),
+              section="gpulab.gemm.section", timing_sensitive=True),
     StageSpec("train", "Parallel training", multiprocess=True, devices_keys=MULTI_PROCESS_KEYS,
-              tables=("steps", "bars", "checks"), variants=_train_variants,
+              tables=("throughput", "ddp", "bars", "checks", "not_applicable"),
+              variants=_train_variants, section="gpulab.train.section", timing_sensitive=True,
               inputs={"digits": "data/{host}/train/digits.h5"}, args="--data {input.digits}"),
 ]}
 

@@ -3,18 +3,21 @@
 Each variant (see :mod:`gpulab.collectives.variants`) is one torchrun launch of
 :mod:`gpulab.collectives.worker` over all the job's devices: NCCL on GPUs, gloo on CPU virtual
 devices. Every case is checked exactly on every rank before it is timed; the tables are
-``library``, ``allreduce_algorithms`` (default variant), ``samples``, ``coverage`` and ``bars``.
+``library``, ``allreduce_algorithms`` (default variant), ``samples``, ``variants``, ``checks``,
+``bars`` and ``not_applicable``.
 """
 from __future__ import annotations
 
 import json
 import logging
+import subprocess
 
 import pandas as pd
 
-from gpulab import config, launch
+from gpulab import config, launch, outcomes
 from gpulab.collectives import assemble, formulas, library, nccltests
 from gpulab.collectives import variants as variantmod
+from gpulab.outcomes import Check, NotApplicable
 
 log = logging.getLogger("gpulab.collectives")
 WORKER = "gpulab.collectives.worker"
@@ -27,23 +30,23 @@ def stage_config(section: dict) -> dict:
     return config.validate(dict(section), SCHEMA)
 
 
-def coverage(variant: variantmod.Variant, ops: list[str], applicable: bool) -> pd.DataFrame:
-    """Which (collective, mode) pairs this result holds, and why the others are missing."""
+def not_measured(variant: variantmod.Variant, ops: list[str], applicable: bool) -> list[NotApplicable]:
+    """The (collective, mode) pairs this result does not hold, and why."""
     rows = []
     for op in formulas.OPS:
         for mode in library.MODES:
             if not applicable:
-                status = f"not applicable: {variant.note} is an NCCL setting (this run used gloo)"
+                why = f"{variant.note} is an NCCL setting (this run used gloo)"
             elif (op, mode) in library.UNSUPPORTED:
-                status = f"not measured: {library.UNSUPPORTED[(op, mode)]}"
+                why = library.UNSUPPORTED[(op, mode)]
             elif op not in variant.ops:
-                status = f"not measured in this variant: {variant.note}"
+                why = f"not measured in this variant: {variant.note}"
             elif op not in ops:
-                status = "not measured: left out by config collectives.ops"
+                why = "left out by config collectives.ops"
             else:
-                status = "measured"
-            rows.append({"op": op, "mode": mode, "status": status})
-    return pd.DataFrame(rows)
+                continue
+            rows.append(NotApplicable(f"{op} {mode}", why))
+    return rows
 
 
 def variant_table(configured: list[str], current: str, kind: str) -> pd.DataFrame:
@@ -76,9 +79,10 @@ def payload_for(cfg: dict, variant: variantmod.Variant, backend: str) -> dict:
     }
 
 
-def nccl_reference(cfg: dict, kind: str, n: int, size: int,
-                   node: launch.NodeSpec) -> tuple[float | None, str, dict]:
-    """busbw of nccl-tests' in-place all-reduce at ``size`` when it can and should be run."""
+def nccl_reference(cfg: dict, kind: str, n: int, size: int, node: launch.NodeSpec,
+                   multicast: bool = False) -> tuple[float | None, str, dict]:
+    """busbw of nccl-tests' in-place all-reduce at ``size`` (median over as many cycles as gpulab
+    has repetitions, as many calls per cycle as gpulab's iters) when it can and should be run."""
     if kind != "cuda" or n < 2:
         return None, "", {}
     if node.nnodes > 1:
@@ -86,8 +90,10 @@ def nccl_reference(cfg: dict, kind: str, n: int, size: int,
     exe = nccltests.find(cfg.get("nccl_tests_bin"))
     if exe is None:
         return None, "nccl-tests all_reduce_perf not available (not on PATH)", {}
-    row = nccltests.run(exe, n, size)
-    return row["ip_busbw_GBps"], f"reference measured by {exe} in the same job", row
+    rows = nccltests.run(exe, n, size, warmup=int(cfg["warmup"]), iters=int(cfg["iters"]),
+                         cycles=int(cfg["repeats"]), multicast=multicast)
+    ref = nccltests.reference(rows, n)
+    return ref["ip_busbw_GBps"], f"{exe}, same job", ref
 
 
 def run(ctx) -> "results.Result":  # noqa: F821 - gpulab.results.Result
@@ -96,26 +102,36 @@ def run(ctx) -> "results.Result":  # noqa: F821 - gpulab.results.Result
     devices = ctx.devices()
     kind, n = devices[0].kind, len(devices)
     applicable = kind == "cuda" or not variant.gpu_only
+    multicast = launch.multicast_allowed(ctx.devices_config)
     env = dict(variant.env) if kind == "cuda" else {}
     result = ctx.new_result(kind, world_size=n, variant_note=variant.note, applicable=applicable,
-                            env=json.dumps({**launch.SAFE_ENV, **env}), dtype="float32",
-                            devices=json.dumps([d.name for d in devices]),
+                            env=json.dumps({**launch.safe_env(ctx.devices_config), **env}),
+                            dtype="float32", devices=json.dumps([d.name for d in devices]),
                             conventions="algbw = S/t, busbw = algbw * factor (nccl-tests): "
                                         "all-reduce 2(n-1)/n, all-gather/reduce-scatter/all-to-all "
                                         "(n-1)/n, broadcast 1; t = slowest rank's per-call time")
-    result.add_table("coverage", coverage(variant, cfg["ops"], applicable))
+    skipped = not_measured(variant, cfg["ops"], applicable)
     if variant.name == "default":
         result.add_table("variants", variant_table(cfg["variants"], variant.name, kind))
     if not applicable:
+        # Nothing was checked here: the result's verdict is not_applicable, never "verified".
         log.info("collectives/%s: not applicable on %s (%s)", variant.name, kind, variant.note)
-        result.attrs["verified"] = True
         result.attrs["note"] = f"{variant.note}: NCCL only, not applicable to gloo on CPU"
+        skipped.insert(0, NotApplicable(f"variant {variant.name}", result.attrs["note"]))
+        result.add_table("not_applicable", outcomes.not_applicable_frame(skipped))
         return result
     payload = payload_for(cfg, variant, "nccl" if kind == "cuda" else "gloo")
     log.info("collectives/%s: %d %s rank(s), env %s", variant.name, n, payload["backend"], env)
     node = launch.NodeSpec.from_config(ctx.devices_config.get("nodes"))
-    ranks = launch.run_workers(WORKER, payload, n, node=node, env=env,
-                               timeout=float(cfg["timeout_s"]))
+    try:
+        ranks = launch.run_workers(WORKER, payload, n, node=node, env=env,
+                                   timeout=float(cfg["timeout_s"]), multicast=multicast)
+    except launch.LaunchError as exc:
+        log.error("collectives/%s: the launch failed: %s", variant.name, exc)
+        result.add_table("checks", outcomes.checks_frame(
+            [Check.crashed(f"{payload['backend']} launch, variant {variant.name}", exc)]))
+        result.add_table("not_applicable", outcomes.not_applicable_frame(skipped))
+        return result
     n = int(ranks[0]["world_size"])  # all nodes' ranks in a multi-node job
     result.attrs.update({"world_size": n, "nnodes": node.nnodes, "node_rank": node.node_rank,
                          "local_ranks": len(ranks)})
@@ -124,21 +140,22 @@ def run(ctx) -> "results.Result":  # noqa: F821 - gpulab.results.Result
     merged = assemble.merge_ranks(ranks)
     tabs = assemble.tables(merged)
     for name, df in tabs.items():
-        result.add_table(name, df, units=assemble.SAMPLE_UNITS if name == "samples"
-                         else assemble.UNITS)
-    wrong = sum(r["wrong"] for r in merged)
-    result.attrs["verified"] = wrong == 0
-    result.attrs["wrong_elements"] = wrong
+        result.add_table(name, df, units=outcomes.units_for(df, assemble.EXTRA_UNITS))
+    checks = assemble.checks(merged, result.attrs["backend"])
     if "allreduce_algorithms" in tabs:
         algs = tabs["allreduce_algorithms"]
-        ref, note, raw = nccl_reference(cfg, kind, n, int(algs["bytes"].max()), node)
+        try:
+            ref, note, raw = nccl_reference(cfg, kind, n, int(algs["bytes"].max()), node, multicast)
+        except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+            checks.append(Check.crashed("nccl-tests all_reduce_perf", exc))
+            ref, note, raw = None, f"nccl-tests all_reduce_perf failed: {exc}"[:300], {}
         if raw:
             result.attrs["nccl_tests"] = json.dumps(raw)
-        result.add_table("bars", assemble.bars(algs, kind, n, ref, note),
-                         units={"measured": "GB/s", "reference": "GB/s", "ratio": "1"})
-    if wrong:  # recorded (verified=False, per-case 'wrong' column) and shown by the report
-        bad = [(r["op"], r["mode"], r["bytes"], r["wrong"]) for r in merged if r["wrong"]]
-        log.error("collectives/%s: WRONG RESULTS (op, mode, bytes, wrong elements): %s",
-                  variant.name, bad)
+        result.add_table("bars", outcomes.bars_frame(assemble.bars(algs, kind, n, ref, note)))
+    result.add_table("checks", outcomes.checks_frame(checks))
+    result.add_table("not_applicable", outcomes.not_applicable_frame(skipped))
+    wrong = [c for c in checks if c.verdict == "fail"]
+    if wrong:
+        log.error("collectives/%s: WRONG RESULTS: %s", variant.name,
+                  "; ".join(f"{c.case} ({c.value:g} wrong)" for c in wrong))
     return result
-

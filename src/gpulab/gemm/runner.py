@@ -8,8 +8,9 @@ import os
 import pandas as pd
 import torch
 
-from gpulab import launch
+from gpulab import launch, outcomes
 from gpulab.gemm import numerics, scaling, single
+from gpulab.outcomes import Check, NotApplicable
 from gpulab.stage import StageContext
 
 log = logging.getLogger("gpulab.gemm")
@@ -17,12 +18,11 @@ log = logging.getLogger("gpulab.gemm")
 WORKER = "gpulab.gemm.worker"
 P2P_OFF_ENV = {"NCCL_P2P_DISABLE": "1"}  # NCCL then stages through host memory (SHM) over PCIe
 
-TIME_UNITS = {f"time_s_{s}": "s" for s in ("median", "min", "max", "mean", "stdev")}
-ROW_UNITS = {"M": "elements", "N": "elements", "K": "elements", **TIME_UNITS, "repeats": "count",
-             "tflops_median": "TFLOP/s", "tflops_min": "TFLOP/s", "tflops_max": "TFLOP/s",
-             "rel_error": "1 (relative Frobenius)", "bound": "1 (relative Frobenius)"}
-MULTI_UNITS = {**ROW_UNITS, "P": "devices", "panels": "count", "compute_s": "s", "comm_s": "s"}
-BAR_UNITS = {"measured": "TFLOP/s", "reference": "TFLOP/s", "ratio": "1", "threshold": "1"}
+# Stage-specific units beside gpulab.outcomes.UNITS.
+EXTRA_UNITS = {"M": "elements", "N": "elements", "K": "elements", "P": "devices", "repeats": "count",
+               "panels": "count", "compute_s": "s", "comm_s": "s", "time_s_mean": "s",
+               "time_s_stdev": "s", "time_s_median": "s", "time_s_min": "s", "time_s_max": "s",
+               "bound": "1", "efficiency_vs_p1": "1"}
 
 
 def check_config(cfg: dict) -> None:
@@ -38,16 +38,16 @@ def check_config(cfg: dict) -> None:
             raise ValueError(f"gemm.ranks must be positive, got {p}")
 
 
-def supported(cfg: dict, device: torch.device) -> tuple[list[numerics.Precision], list[dict]]:
-    precs, coverage = [], []
+def supported(cfg: dict, device: torch.device) -> tuple[list[numerics.Precision], list[NotApplicable]]:
+    precs, skipped = [], []
     for name in cfg["dtypes"]:
         prec = numerics.precision(name)
         why = numerics.unsupported_reason(prec, device)
-        coverage.append({"item": f"dtype {name}", "status": "not applicable" if why else "measured",
-                         "reason": why or ""})
-        if not why:
+        if why:
+            skipped.append(NotApplicable(f"dtype {name}", why))
+        else:
             precs.append(prec)
-    return precs, coverage
+    return precs, skipped
 
 
 def _free(device: torch.device) -> None:
@@ -56,8 +56,10 @@ def _free(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-def run_multi(cfg: dict, precs, kind: str, world: int, threads: int | None, transport: str,
-              ranks: list[int], env: dict | None = None) -> list[dict]:
+def run_multi(cfg: dict, precs, kind: str, nproc: int, threads: int | None, transport: str,
+              ranks: list[int], env: dict | None = None,
+              node: launch.NodeSpec = launch.NodeSpec(), multicast: bool = False) -> list[dict]:
+    """Rows of one launch: ``nproc`` ranks on this node (``node.nnodes`` nodes in all)."""
     payload = {
         "backend": "nccl" if kind == "cuda" else "gloo", "transport": transport,
         "sizes": cfg["sizes"], "dtypes": [p.name for p in precs], "algorithms": cfg["algorithms"],
@@ -67,9 +69,10 @@ def run_multi(cfg: dict, precs, kind: str, world: int, threads: int | None, tran
     env = dict(env or {})
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
-    log.info("gemm: %s on %d rank(s), P in %s", transport, world, ranks)
-    out = launch.run_workers(WORKER, payload, nproc=world, env=env)
-    return out[0]["rows"]
+    log.info("gemm: %s on %d rank(s) x %d node(s), P in %s", transport, nproc, node.nnodes, ranks)
+    out = launch.run_workers(WORKER, payload, nproc=nproc, env=env, node=node, multicast=multicast)
+    # Global rank 0 holds every row; on the other nodes no local rank does.
+    return [row for rank in out for row in rank["rows"]]
 
 
 def run(ctx: StageContext):
@@ -77,11 +80,18 @@ def run(ctx: StageContext):
     check_config(cfg)
     devices = ctx.devices()
     kind, dev0, n_dev = devices[0].kind, devices[0].torch_device, len(devices)
+    node = launch.NodeSpec.from_config(ctx.devices_config.get("nodes"))
+    multicast = launch.multicast_allowed(ctx.devices_config)
     # A CPU virtual device is its share of the cores; the baseline gets the same share.
     threads = max(1, (os.cpu_count() or 1) // n_dev) if kind == "cpu" else None
-    precs, coverage = supported(cfg, dev0)
+    precs, skipped = supported(cfg, dev0)
+    ranks = sorted({int(p) for p in cfg["ranks"]})
+    nproc = min(n_dev, max(ranks))  # ranks on this node; every node of a job runs as many
+    world = nproc * node.nnodes
     result = ctx.new_result(kind, device_name=devices[0].name, n_devices=n_dev,
-                            threads_per_device=threads or 0)
+                            threads_per_device=threads or 0, world_size=world,
+                            nnodes=node.nnodes, node_rank=node.node_rank,
+                            error_bounds={p.name: p.bound for p in numerics.PRECISIONS.values()})
 
     before = torch.get_num_threads()
     if threads:
@@ -89,40 +99,59 @@ def run(ctx: StageContext):
     try:
         single_rows = single.baseline(dev0, cfg["sizes"], precs, cfg["warmup"], cfg["repeats"],
                                       cfg["seed"])
-        bars = [single.bar_row(dev0, cfg["bar_size"], cfg["warmup"], cfg["repeats"], cfg["seed"])]
+        bars, checks = single.peak_bars(dev0, devices[0].name, cfg["bar_size"], precs,
+                                        cfg["warmup"], cfg["repeats"], cfg["seed"])
+        if kind == "cuda":
+            checks.append(single.harness_check(dev0, cfg["bar_size"], cfg["warmup"],
+                                               cfg["repeats"], cfg["seed"]))
+        else:
+            skipped.append(NotApplicable(single.HARNESS_CHECK, single.HARNESS_CPU_REASON))
     finally:
         torch.set_num_threads(before)
     _free(dev0)  # the workers need the GPU memory the baseline held
 
-    ranks = sorted({int(p) for p in cfg["ranks"]})
-    world = min(n_dev, max(ranks))
     runnable = [p for p in ranks if p <= world]
     transport = "nccl" if kind == "cuda" else "gloo"
-    multi_rows = run_multi(cfg, precs, kind, world, threads, transport, runnable) if runnable else []
+    multi_rows = []
+    if runnable:
+        try:
+            multi_rows = run_multi(cfg, precs, kind, nproc, threads, transport, runnable, node=node,
+                                   multicast=multicast)
+        except launch.LaunchError as exc:
+            log.error("gemm: the multi-device launch failed: %s", exc)
+            checks.append(Check.crashed(f"{transport} launch, P in {runnable}", exc))
     for p in ranks:
-        if p > n_dev:
-            coverage.append({"item": f"P={p}", "status": "not applicable",
-                             "reason": f"{n_dev} {kind} device(s) available"})
-    if kind == "cuda" and world > 1 and cfg["p2p_off"]:
-        multi_rows += run_multi(cfg, precs, kind, world, None, "nccl_p2p_off", [world], P2P_OFF_ENV)
-        coverage.append({"item": "NCCL P2P disabled", "status": "measured",
-                         "reason": f"P={world}, NCCL_P2P_DISABLE=1"})
+        if p > world:
+            skipped.append(NotApplicable(f"P={p}", f"{world} {kind} device(s) in this job"))
+    if kind == "cuda" and nproc > 1 and node.nnodes == 1 and cfg["p2p_off"]:
+        try:
+            multi_rows += run_multi(cfg, precs, kind, nproc, None, "nccl_p2p_off", [nproc],
+                                    P2P_OFF_ENV, multicast=multicast)
+        except launch.LaunchError as exc:
+            checks.append(Check.crashed(f"nccl_p2p_off launch, P={nproc}", exc))
     else:
         why = ("needs CUDA GPUs (NCCL)" if kind != "cuda" else
-               "needs >= 2 GPUs" if world < 2 else "disabled in config (gemm.p2p_off)")
-        coverage.append({"item": "NCCL P2P disabled", "status": "not applicable", "reason": why})
+               "needs >= 2 GPUs on one node" if nproc < 2 else
+               "a one-node setting (NCCL_P2P_DISABLE between the GPUs of a node)"
+               if node.nnodes > 1 else "disabled in config (gemm.p2p_off)")
+        skipped.append(NotApplicable("NCCL P2P disabled", why))
+    if node.node_rank > 0:
+        skipped.append(NotApplicable("multi-device rows", "recorded in node 0's result "
+                                                          "(global rank 0 gathers them)"))
 
     single_df, multi_df = pd.DataFrame(single_rows), pd.DataFrame(multi_rows)
-    result.add_table("single", single_df, ROW_UNITS)
-    result.add_table("multi", multi_df, MULTI_UNITS)
-    result.add_table("scaling", scaling.table(single_df, multi_df, ranks, n_dev), scaling.UNITS)
-    result.add_table("bars", pd.DataFrame(bars), BAR_UNITS)
-    result.add_table("coverage", pd.DataFrame(coverage))
-    checks = [bool(v) for df in (single_df, multi_df) if "passed" in df for v in df["passed"]]
-    result.attrs.update(checks_total=len(checks), checks_passed=sum(checks),
-                        all_checks_passed=all(checks), world_size=world,
-                        error_bounds={p.name: p.bound for p in numerics.PRECISIONS.values()})
-    if not all(checks):
-        log.error("gemm: %d of %d results exceed their error bound (see tables single/multi)",
-                  len(checks) - sum(checks), len(checks))
+    checks = [single.error_check(r, "single") for r in single_rows] + [
+        single.error_check(r, f"{r['algorithm']} P={r['P']} {r['transport']}") for r in multi_rows
+    ] + checks
+    scal = scaling.table(single_df, multi_df, ranks, world)
+    bars += scaling.bars(scal, kind, world)
+    for name, df in (("single", single_df), ("multi", multi_df), ("scaling", scal)):
+        result.add_table(name, df, outcomes.units_for(df, EXTRA_UNITS))
+    result.add_table("bars", outcomes.bars_frame(bars))
+    result.add_table("checks", outcomes.checks_frame(checks))
+    result.add_table("not_applicable", outcomes.not_applicable_frame(skipped))
+    failed = [c for c in checks if c.verdict == "fail"]
+    if failed:
+        log.error("gemm: %d of %d checks failed: %s", len(failed), len(checks),
+                  "; ".join(f"{c.check} [{c.case}]" for c in failed[:5]))
     return result

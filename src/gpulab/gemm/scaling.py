@@ -5,6 +5,8 @@ import math
 
 import pandas as pd
 
+from gpulab.outcomes import Bar
+
 KEYS = ["M", "N", "K", "dtype"]
 
 
@@ -41,6 +43,42 @@ def table(single: pd.DataFrame, multi: pd.DataFrame, ranks: list[int], n_devices
     return pd.DataFrame(rows)
 
 
-UNITS = {"M": "elements", "N": "elements", "K": "elements", "P": "devices", "time_s": "s",
-         "tflops": "TFLOP/s", "speedup": "x", "efficiency": "fraction",
-         "efficiency_vs_p1": "fraction"}
+UNITS = {"M": "elements", "N": "elements", "K": "elements", "P": "devices",
+         "efficiency_vs_p1": "1"}
+
+# Efficiency = speed-up / P. SUMMA on NVLink keeps large GEMMs compute-bound; below one half, the
+# extra devices buy less than the communication costs.
+EFFICIENCY_THRESHOLD = 0.5
+SOURCE = "the same GEMM (M x N x K, dtype) on one device, same run (table single); ideal: P"
+
+
+def bars(scal: pd.DataFrame, kind: str, world: int) -> list[Bar]:
+    """Per precision: the best algorithm's speed-up at the largest P and size, over NCCL."""
+    if kind != "cuda":
+        return [Bar.not_applicable(
+            "multi-device GEMM speed-up vs one device",
+            "CPU virtual devices share the host's cores: a speed-up over one of them measures the "
+            "core split, not added hardware", unit="x", threshold=EFFICIENCY_THRESHOLD)]
+    if world < 2:
+        return [Bar.not_applicable("multi-device GEMM speed-up vs one device",
+                                   f"needs >= 2 GPUs ({world} here)", unit="x",
+                                   threshold=EFFICIENCY_THRESHOLD)]
+    ran = scal[(scal["status"] == "measured") & (scal["transport"] == "nccl") & (scal["P"] > 1)] \
+        if len(scal) else scal
+    if ran.empty:
+        return [Bar.not_applicable("multi-device GEMM speed-up vs one device",
+                                   "no multi-device run over NCCL with P > 1", unit="x")]
+    p = int(ran["P"].max())
+    ran = ran[ran["P"] == p]
+    work = ran["M"].astype(float) * ran["N"] * ran["K"]
+    ran = ran[work == work.max()]
+    out = []
+    for dtype, grp in ran.groupby("dtype", sort=False):
+        best = grp.loc[grp["speedup"].idxmax()] if grp["speedup"].notna().any() else grp.iloc[0]
+        size = f"{best['M']}x{best['N']}x{best['K']}"
+        out.append(Bar.measure(f"multi-device GEMM {dtype} {size} on {p} GPUs: speed-up vs one GPU",
+                               best["speedup"], p, source=SOURCE,
+                               threshold=EFFICIENCY_THRESHOLD, unit="x",
+                               note=f"best algorithm: {best['algorithm']}; ratio = efficiency = "
+                                    "speed-up / P"))
+    return out

@@ -1,23 +1,30 @@
-"""Single-device baseline (cuBLAS / oneDNN through ``torch.matmul``) and the bar against plain torch.
+"""Single-device GEMM: the baseline, its bars against the datasheet peak, the harness check.
 
 The single-device path is ``torch.matmul(a, b, out=c)`` into a preallocated C, the same local GEMM
 call the multi-device algorithms make, timed per call by :func:`gpulab.timing.measure` (CUDA
-events on GPU). The bar compares it, in the same process, with plain ``torch.matmul(a, b)`` timed
-the way most favourable to torch: batches of back-to-back calls between two events.
+events on GPU). Its bars compare the TFLOP/s at ``bar_size``^3 per precision with the GPU model's
+dense datasheet peak (:mod:`gpulab.limits`). Comparing the same call path with plain
+``torch.matmul(a, b)`` runs the same cuBLAS kernel on both sides, so it cannot judge the hardware;
+it is kept as a check of gpulab's own overhead (:func:`harness_check`), not as a performance bar.
 """
 from __future__ import annotations
 
-import math
+import dataclasses
 
 import torch
 
-from gpulab import timing
+from gpulab import limits, timing
 from gpulab.gemm import numerics
+from gpulab.outcomes import Bar, Check, Verdict
 
-BAR_DTYPE = "bf16"
-BAR_THRESHOLD = 0.97  # issue 8: within 3% of torch.matmul's TFLOP/s
-BAR_BATCH = 10  # back-to-back torch.matmul calls per timed batch
-BAR_ROUNDS = 3  # path and reference measured alternately, so clock drift hits both
+HARNESS_DTYPE = "bf16"
+HARNESS_BOUND = 0.03  # gpulab's call path may cost at most 3% more per call than plain torch.matmul
+HARNESS_BATCH = 10  # back-to-back torch.matmul calls per timed batch
+HARNESS_ROUNDS = 3  # path and reference measured alternately, so clock drift hits both
+# cuBLAS reaches 65-80% of the dense datasheet peak on large square GEMMs (H200 bf16 8192^3: 0.67);
+# below 60% is a throttled clock, a slow path or a size too small to fill the GPU.
+PEAK_THRESHOLD = 0.6
+HARNESS_CHECK = "harness overhead: gpulab's call path vs the raw library call, same kernel"
 
 
 def _cuda(device: torch.device):
@@ -45,11 +52,54 @@ def baseline(device: torch.device, sizes, precs, warmup: int, repeats: int, seed
                 "tflops_median": numerics.tflops(m, n, k, st.median),
                 "tflops_max": numerics.tflops(m, n, k, st.min),
                 "tflops_min": numerics.tflops(m, n, k, st.max),
-                "rel_error": rel, "bound": prec.bound, "passed": bool(rel <= prec.bound),
+                "rel_error": rel, "bound": prec.bound,
             })
             del a, b, out
         del a32, b32
     return rows
+
+
+def error_check(row: dict, where: str) -> Check:
+    """The row's relative error against float64 within its precision's bound."""
+    case = f"{where} {row['M']}x{row['N']}x{row['K']} {row['dtype']}"
+    return Check.within("relative error vs float64", case, row["rel_error"], row["bound"],
+                        note="||C - C_ref||_F / ||C_ref||_F, C_ref from the same rounded inputs")
+
+
+def peak_bar_name(dtype: str, size: int) -> str:
+    return f"single-device GEMM {dtype} {size}^3 vs datasheet dense peak"
+
+
+def peak_bar(dtype: str, size: int, tflops: float, device_name: str | None) -> Bar:
+    """TFLOP/s of the call path at size^3 as a fraction of the model's datasheet peak."""
+    name = peak_bar_name(dtype, size)
+    lim = limits.peak_tflops(device_name, dtype)
+    if not lim.known:
+        return Bar.not_applicable(name, lim.reason, unit="TFLOP/s", measured=tflops)
+    return Bar.measure(name, tflops, lim.value, source=lim.source, threshold=PEAK_THRESHOLD,
+                       unit="TFLOP/s", note=f"median of the per-call times of torch.matmul(out=) "
+                                           f"at {size}^3 (2*M*N*K flops)")
+
+
+def peak_bars(device: torch.device, device_name: str | None, size: int, precs, warmup: int,
+              repeats: int, seed: int) -> tuple[list[Bar], list[Check]]:
+    """The datasheet bar of every precision (measured at size^3 on CUDA only), with its error check."""
+    if device.type != "cuda":
+        why = (f"no datasheet peak for {device.type} devices: the bar is defined for the GPU "
+               "models in gpulab/limits.yaml")
+        return [Bar.not_applicable(peak_bar_name(p.name, size), why, unit="TFLOP/s")
+                for p in precs], []
+    bars, checks = [], []
+    for row in baseline(device, [(size, size, size)], precs, warmup, repeats, seed):
+        check = error_check(row, "peak bar")
+        checks.append(check)
+        bar = peak_bar(row["dtype"], size, row["tflops_median"], device_name)
+        if check.verdict == "fail":
+            # A fast wrong answer is not a result.
+            bar = dataclasses.replace(bar, verdict=Verdict.FAIL.value, note=(
+                f"output failed its error check ({row['rel_error']:.2e} > {row['bound']:g})"))
+        bars.append(bar)
+    return bars, checks
 
 
 def _plain_matmul_seconds(a, b, warmup: int, repeats: int) -> list[float]:
@@ -60,38 +110,41 @@ def _plain_matmul_seconds(a, b, warmup: int, repeats: int) -> list[float]:
     for _ in range(repeats):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        for _ in range(BAR_BATCH):
+        for _ in range(HARNESS_BATCH):
             torch.matmul(a, b)
         end.record()
         end.synchronize()
-        samples.append(start.elapsed_time(end) / 1e3 / BAR_BATCH)
+        samples.append(start.elapsed_time(end) / 1e3 / HARNESS_BATCH)
     return samples
 
 
-def bar_row(device: torch.device, size: int, warmup: int, repeats: int, seed: int) -> dict:
-    """The issue's bar: single-device path vs plain torch.matmul, bf16 size^3, same run (CUDA only)."""
-    name = f"single-device GEMM vs torch.matmul, {BAR_DTYPE} {size}^3"
-    if device.type != "cuda":
-        return {"bar": name, "measured": math.nan, "reference": math.nan, "ratio": math.nan,
-                "threshold": BAR_THRESHOLD, "passed": False, "unit": "TFLOP/s",
-                "note": "not applicable: the bar is defined on a CUDA GPU (H200)"}
-    prec = numerics.precision(BAR_DTYPE)
+HARNESS_CPU_REASON = "timed with CUDA events against batches of cuBLAS calls: CUDA only"
+
+
+def harness_check(device: torch.device, size: int, warmup: int, repeats: int, seed: int) -> Check:
+    """gpulab's call path vs plain torch.matmul, bf16 size^3, alternating in the same run (CUDA).
+
+    value = path time / plain time - 1 (the harness overhead per call); passes within the bound
+    either way (a faster path would mean the two sides do not time the same thing).
+    """
+    case = f"{HARNESS_DTYPE} {size}^3"
+    prec = numerics.precision(HARNESS_DTYPE)
     a32, b32 = numerics.random_inputs(size, size, size, seed, device)
     a, b = a32.to(prec.dtype), b32.to(prec.dtype)
     del a32, b32
     out = torch.empty(size, size, dtype=prec.dtype, device=device)
     path, ref = [], []
     with numerics.matmul_mode(prec):
-        for _ in range(BAR_ROUNDS):
+        for _ in range(HARNESS_ROUNDS):
             path += time_path(a, b, out, device, warmup, repeats).samples
             ref += _plain_matmul_seconds(a, b, warmup, repeats)
-    rel = numerics.relative_error(*numerics.error_terms(out, a.double() @ b.double()))
-    measured = numerics.tflops(size, size, size, timing.summarize(path).median)
-    reference = numerics.tflops(size, size, size, timing.summarize(ref).median)
-    ratio = measured / reference
-    return {"bar": name, "measured": measured, "reference": reference, "ratio": ratio,
-            "threshold": BAR_THRESHOLD, "passed": bool(ratio >= BAR_THRESHOLD and rel <= prec.bound),
-            "unit": "TFLOP/s",
-            "note": (f"medians of {len(path)} per-call CUDA-event timings (path, out= preallocated) "
-                     f"vs {len(ref)} batches of {BAR_BATCH} back-to-back torch.matmul calls, "
-                     f"alternating; rel. error {rel:.2e} (bound {prec.bound:g})")}
+    return harness_verdict(case, timing.summarize(path).median, timing.summarize(ref).median,
+                           len(path), len(ref))
+
+
+def harness_verdict(case: str, path_s: float, plain_s: float, n_path: int = 0,
+                    n_plain: int = 0) -> Check:
+    return Check.within(HARNESS_CHECK, case, path_s / plain_s - 1.0, HARNESS_BOUND,
+                        note=f"median per-call time of torch.matmul(out=) ({n_path} CUDA-event "
+                             f"timings) / median of {n_plain} batches of {HARNESS_BATCH} "
+                             f"back-to-back torch.matmul calls, minus 1")

@@ -8,6 +8,10 @@ import pandas as pd
 
 from gpulab import results
 
+# The columns of a collected ``bars`` table a section shows.
+BAR_SHOWN = ["host", "bar", "measured", "reference", "ratio", "threshold", "unit", "verdict",
+             "source", "note"]
+
 # Identity columns results.collect adds; sections show the host label instead.
 META = ["stage", "variant", "device_kind", "result_id"]
 
@@ -21,3 +25,32 @@ def collect_labelled(files: list[Path], table: str, label: Callable[[dict], str]
     labels = {str(a.get("result_id")): label(a) for a in map(results.read_attrs, files)}
     df["host"] = df["result_id"].astype(str).map(labels)
     return df.drop(columns=[c for c in META if c in df.columns])
+
+
+def checks_summary(files: list[Path], what: str = "checks verified") -> str:
+    """"N of M <what>, K failed: ..." over the ``checks`` tables of ``files``.
+
+    Not-applicable checks are not counted; a crashed case is a failed check and is named.
+    """
+    checks = results.collect(files, "checks")
+    if checks.empty:
+        return "No checks recorded."
+    judged = checks[checks["verdict"] != "not_applicable"]
+    failed = judged[judged["verdict"] == "fail"]
+    text = f"{len(judged) - len(failed)} of {len(judged)} {what}"
+    if len(failed):
+        names = [f"{r.check} [{r.case}]" for r in failed.itertuples()]
+        more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+        text += f", {len(failed)} failed: " + "; ".join(names[:3]) + more
+    return text + "."
+
+
+def bar_references(bars: pd.DataFrame) -> pd.DataFrame:
+    """A section's ``references`` rows from its collected ``bars`` (those with a reference)."""
+    cols = ["metric", "measured", "reference", "source", "fraction"]
+    if bars.empty:
+        return pd.DataFrame(columns=cols)
+    b = bars[bars["reference"].notna()]
+    return pd.DataFrame({"metric": b["bar"] + " (" + b["host"] + ")", "measured": b["measured"],
+                         "reference": b["reference"], "source": b["source"],
+                         "fraction": b["ratio"]}, columns=cols)

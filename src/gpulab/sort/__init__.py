@@ -9,28 +9,26 @@ from __future__ import annotations
 
 import pandas as pd
 
+from gpulab import outcomes
+from gpulab.outcomes import NotApplicable
 from gpulab.stage import StageContext, progress
 
-UNITS = {"n_keys": "keys", "devices": "count", "time_s_median": "s", "time_s_min": "s",
-         "time_s_max": "s", "time_s_mean": "s", "time_s_stdev": "s", "repeats": "count",
-         "keys_per_s": "keys/s", "keys_moved": "keys", "bytes_moved": "B", "bytes_h2d": "B",
-         "bytes_d2h": "B", "share": "1", "pivot": "keys", "len_left": "keys",
-         "len_right": "keys", "round": "count", "histogram_passes": "count", "tie_keys": "keys",
-         "moved_fraction": "1", "measured": "see unit", "reference": "see unit", "ratio": "1",
-         "threshold": "1", "logical_devices": "count", "physical_devices": "count"}
-
-
-def _units(df: pd.DataFrame) -> dict:
-    return {c: UNITS[c] for c in df.columns if c in UNITS}
+# Stage-specific units beside gpulab.outcomes.UNITS.
+EXTRA_UNITS = {"n_keys": "keys", "devices": "count", "time_s_median": "s", "time_s_min": "s",
+               "time_s_max": "s", "time_s_mean": "s", "time_s_stdev": "s", "repeats": "count",
+               "keys_moved": "keys", "bytes_moved": "B", "bytes_h2d": "B", "bytes_d2h": "B",
+               "share": "1", "pivot": "keys", "len_left": "keys", "len_right": "keys",
+               "round": "count", "histogram_passes": "count", "tie_keys": "keys",
+               "moved_fraction": "1", "logical_devices": "count", "physical_devices": "count"}
 
 
 def _table(result, name: str, rows: list[dict], columns: list[str]) -> None:
     df = pd.DataFrame(rows, columns=None if rows else columns)
-    result.add_table(name, df, units=_units(df))
+    result.add_table(name, df, units=outcomes.units_for(df, EXTRA_UNITS))
 
 
 def run(ctx: StageContext):
-    from gpulab.sort.bench import Bench, cases
+    from gpulab.sort.bench import Bench, cases, speedup_bars
 
     cfg = ctx.config
     devices = ctx.devices()
@@ -40,13 +38,16 @@ def run(ctx: StageContext):
         for i, case in enumerate(progress(cases(cfg), "sort cases")):
             bench.run_case(case, int(cfg["seed"]) + i)
         logic = bench.logic_check(int(cfg["seed"]) + 2000)
-        bars = [bench.single_device_bar(int(cfg["seed"]) + 1000), bench.pivot_bar()]
+        extra = bench.moved_keys_checks(int(cfg["seed"]) + 3000)
+        harness = bench.harness_check(int(cfg["seed"]) + 1000)
+        if harness is not None:
+            extra.append(harness)
     finally:
         bench.close()
-    verified = all(r["verified"] for r in bench.rows + logic)
+    checks = bench.checks(logic) + extra
+    bars = speedup_bars(bench.rows, kind, len(devices))
     result = ctx.new_result(kind, device_name=devices[0].name, devices_available=len(devices),
-                            device_counts=bench.counts, all_verified=verified,
-                            failures=len(bench.failures),
+                            device_counts=bench.counts,
                             conventions="time: host-to-host runs include H2D and D2H (wall clock, "
                                         "all devices synchronised at phase boundaries); device "
                                         "runs time the sort of device-resident keys (CUDA events). "
@@ -59,10 +60,11 @@ def run(ctx: StageContext):
     _table(result, "merge_steps", bench.steps, ["round", "pivot", "keys_moved"])
     _table(result, "radix_balance", bench.balance, ["histogram_passes", "tie_keys"])
     _table(result, "logic_check", logic, ["algorithm", "logical_devices", "verified"])
-    _table(result, "skipped", bench.skipped, ["what", "reason"])
     _table(result, "failures", bench.failures, ["what", "error", "traceback"])
-    _table(result, "bars", bars, ["bar", "measured", "reference", "ratio", "threshold", "passed",
-                                  "unit", "note"])
+    result.add_table("not_applicable", outcomes.not_applicable_frame(
+        NotApplicable(s["what"], s["reason"]) for s in bench.skipped))
+    result.add_table("checks", outcomes.checks_frame(checks))
+    result.add_table("bars", outcomes.bars_frame(bars))
     if kind == "cuda" and bench.counts:
         peer = bench.backends[max(bench.counts)].peer
         result.add_matrix("peer_access", peer.astype(int), "1", rows=range(len(peer)),

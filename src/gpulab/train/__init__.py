@@ -12,13 +12,14 @@ from pathlib import Path
 import pandas as pd
 
 from gpulab import config as cfgmod
-from gpulab import launch
+from gpulab import launch, outcomes
+from gpulab.outcomes import Bar, Check
 from gpulab.stage import StageContext
 from gpulab.train import tables
 
 log = logging.getLogger("gpulab.train")
 VARIANTS = ("single", "ddp", "pipeline", "tensor")
-SCHEMA = cfgmod.REPO_ROOT / "workflow" / "schemas" / "train.schema.yaml"
+SCHEMA = "train"  # its packaged schema, gpulab/train/schema.yaml
 WORKER = "gpulab.train.worker"
 
 
@@ -43,42 +44,53 @@ def run(ctx: StageContext):
     kind, n = devices[0].kind, len(devices)
     res = ctx.new_result(kind, n_devices=n, device_names=[d.name for d in devices],
                          dataset=str(ctx.extra.get("data") or ""))
-    if ctx.variant == "single":
-        from gpulab.train import single
+    checks: list[Check] = []
+    bars: list[Bar] = []
+    try:
+        if ctx.variant == "single":
+            from gpulab.train import single
 
-        out = single.run_single(cfg, _digits(ctx), devices)
-        _add(res, "throughput", out["throughput"])
-        _add(res, "loss_curve", out["loss_curve"])
-        _add(res, "checks", out["checks"])
-        if kind == "cpu":
-            res.attrs["data_parallel_note"] = single.DP_CPU_NOTE
-    elif ctx.variant == "ddp":
-        ranks = _launch(ctx, "ddp", cfg, n)
-        agg = tables.ddp_table([r for rk in ranks for r in rk["rows"]])
-        res.add_table("ddp", agg, units=tables.units_for(agg))
-        _add(res, "ddp_ranks", [r for rk in ranks for r in rk["rows"]])
-        _add(res, "lr_scaling", ranks[0]["curves"])
-        _add(res, "checks", ranks[0]["checks"])
-        res.add_table("bars", tables.ddp_bars(agg, kind, n), units=tables.BAR_UNITS)
-    else:
-        _model_parallel(ctx, res, cfg, kind, n)
+            # nn.DataParallel runs NCCL in this process: it gets the workers' environment.
+            launch.apply_safe_env(ctx.devices_config)
+            out = single.run_single(cfg, _digits(ctx), devices)
+            _add(res, "throughput", out["throughput"])
+            _add(res, "loss_curve", out["loss_curve"])
+            checks += out["checks"]
+            if kind == "cpu":
+                res.attrs["data_parallel_note"] = single.DP_CPU_NOTE
+        elif ctx.variant == "ddp":
+            ranks = _launch(ctx, "ddp", cfg, n)
+            agg = tables.ddp_table([r for rk in ranks for r in rk["rows"]])
+            res.add_table("ddp", agg, units=tables.units_for(agg))
+            _add(res, "ddp_ranks", [r for rk in ranks for r in rk["rows"]])
+            _add(res, "lr_scaling", ranks[0]["curves"])
+            checks += [Check(**c) for c in ranks[0]["checks"]]
+            bars += tables.ddp_bars(agg, kind, n)
+        else:
+            bars += _model_parallel(ctx, res, cfg, kind, n, checks)
+    except launch.LaunchError as exc:
+        log.error("train/%s: the launch failed: %s", ctx.variant, exc)
+        checks.append(Check.crashed(f"{ctx.variant} launch on {n} rank(s)", exc))
+    res.add_table("checks", outcomes.checks_frame(checks))
+    res.add_table("bars", outcomes.bars_frame(bars))
     res.attrs["backend"] = "nccl" if kind == "cuda" else "gloo"
     return res
 
 
-def _model_parallel(ctx, res, cfg, kind, n):
+def _model_parallel(ctx, res, cfg, kind, n, checks: list) -> list[Bar]:
     """Pipeline / tensor parallel. On one device there is nothing to split: the variant still runs
     (one stage / a mesh of one) to exercise the code path, and its bars say 'not applicable'."""
     ranks = _launch(ctx, ctx.variant, cfg, n)
     rows = [r for rk in ranks for r in rk["rows"]]
     if ctx.variant == "pipeline":
-        agg, checks, bars = tables.pipeline_tables(rows, cfg, kind, n)
+        agg, rows_checked, bars = tables.pipeline_tables(rows, cfg, kind, n)
         _add(res, "pipeline_ranks", rows)
     else:
-        agg, checks, bars = tables.tensor_tables(rows, [rk["checks"] for rk in ranks], cfg, kind, n)
+        agg, rows_checked, bars = tables.tensor_tables(rows, [rk["checks"] for rk in ranks], cfg,
+                                                       kind, n)
     res.add_table(ctx.variant, agg, units=tables.units_for(agg))
-    _add(res, "checks", checks)
-    res.add_table("bars", bars, units=tables.BAR_UNITS)
+    checks += rows_checked
+    return bars
 
 
 def _launch(ctx, mode, cfg, n) -> list[dict]:
@@ -89,7 +101,8 @@ def _launch(ctx, mode, cfg, n) -> list[dict]:
     node = launch.NodeSpec.from_config(ctx.devices_config.get("nodes"))
     log.info("train/%s: %d rank(s) on node %d of %d", mode, n, node.node_rank, node.nnodes)
     # Multi-node: every node runs this stage; each result holds its own node's ranks' rows.
-    return launch.run_workers(WORKER, payload, nproc=n, node=node)
+    return launch.run_workers(WORKER, payload, nproc=n, node=node,
+                              multicast=launch.multicast_allowed(ctx.devices_config))
 
 
 def _digits(ctx):

@@ -8,11 +8,14 @@ others wait at a barrier, so every k is measured on the same processes.
 """
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from gpulab import launch
+from gpulab.outcomes import Check
 from gpulab.train import data, loop, models
 
 
@@ -144,9 +147,10 @@ def equivalence(ctx, cfg, ds, name: str) -> dict | None:
         return None
     err = loop.max_rel_err(model.parameters(), ref.parameters())
     tol = cfg["equivalence_tolerance"]
-    return {"check": f"ddp({k}) == single device, global batch {k * b} ({name}, float64, "
-                     f"{steps} SGD steps, max rel. param error)", "value": err, "tolerance": tol,
-            "passed": bool(err <= tol and loss_err <= tol), "loss_rel_err": loss_err}
+    return asdict(Check.of(f"ddp({k}) == single device, global batch {k * b} ({name}, float64, "
+                           f"{steps} SGD steps, max rel. param error)", "ddp",
+                           err <= tol and loss_err <= tol, value=err, bound=tol,
+                           note=f"loss rel. error {loss_err:.3g} (bound {tol:g})"))
 
 
 def sampler_check(ctx, cfg, ds) -> dict | None:
@@ -163,8 +167,9 @@ def sampler_check(ctx, cfg, ds) -> dict | None:
         return None
     flat = [i for sh in shards for i in sh]
     ok = len(flat) == len(set(flat)) == ctx.world_size * (len(ds) // ctx.world_size) and e0 != e1
-    return {"check": "DistributedSampler shards disjoint, cover the data; set_epoch reshuffles",
-            "value": float(len(set(flat))), "tolerance": float("nan"), "passed": bool(ok)}
+    return asdict(Check.of("DistributedSampler shards disjoint, cover the data; set_epoch "
+                           "reshuffles", "ddp", ok, value=len(set(flat)),
+                           note="value: distinct sample indices over all shards of epoch 0"))
 
 
 def lr_scaling(ctx, cfg, ds) -> list[dict]:

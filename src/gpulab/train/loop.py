@@ -38,17 +38,28 @@ def set_lr(opt: torch.optim.Optimizer, lr: float) -> None:
         g["lr"] = lr
 
 
-def sync_fn(device: torch.device) -> Callable[[], None] | None:
-    if device.type == "cuda":
-        return lambda: torch.cuda.synchronize(device)
-    return None
+def sync_fn(devices) -> Callable[[], None] | None:
+    """Wait for every CUDA device in ``devices`` (one device or several): a step that runs on
+    several GPUs from one process (DataParallel, naive model parallel) ends when the last does."""
+    if isinstance(devices, torch.device):
+        devices = [devices]
+    cuda = sorted({d for d in devices if d.type == "cuda"}, key=lambda d: d.index or 0)
+    if not cuda:
+        return None
+
+    def sync():
+        for d in cuda:
+            torch.cuda.synchronize(d)
+    return sync
 
 
 def timed_step(model, opt, batches, device, loss_fn=F.cross_entropy,
-               input_hook: Callable | None = None) -> tuple[dict[str, float], float]:
-    """One optimisation step timed phase by phase (host clock, device synchronised at each
-    boundary, so a phase includes the device work it launched). Returns (phases, loss)."""
-    sw = timing.Stopwatch(sync=sync_fn(device))
+               input_hook: Callable | None = None,
+               sync_devices=None) -> tuple[dict[str, float], float]:
+    """One optimisation step timed phase by phase (host clock, every device in ``sync_devices``
+    (default: ``device``) synchronised at each boundary, so a phase includes the device work it
+    launched). Returns (phases, loss)."""
+    sw = timing.Stopwatch(sync=sync_fn(sync_devices if sync_devices is not None else device))
     with sw.phase("data"):
         x, y = next(batches)
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from gpulab.outcomes import Check
 from gpulab.train import data, loop, models
 
 DP_CPU_NOTE = ("no CUDA device: nn.DataParallel has no device_ids and calls the module as is, so "
@@ -47,14 +48,15 @@ def offload_parameters(model: nn.Module, opt: torch.optim.Optimizer, device: tor
 
 
 def make(cfg: dict, name: str, strategy: str, devs: list[torch.device], seed: int):
-    """Model (wrapped for ``strategy``), its optimizer, the input device and a note."""
+    """Model (wrapped for ``strategy``), its optimizer, the input device, the devices it runs on
+    (the step timer waits for all of them) and a note."""
     loop.seed_everything(seed)
     base = models.build_classifier(name, cfg["mlp_hidden"])
-    dev, note, n_used = devs[0], "", 1
+    dev, note, used = devs[0], "", [devs[0]]
     if strategy == "naive_mp":
         model = models.NaiveModelParallel(base, devs)
-        n_used = len(set(devs))
-        if n_used == 1:
+        used = list(dict.fromkeys(devs))
+        if len(used) == 1:
             note = "one device: both halves on it, the .to() hops are no-ops"
     else:
         base.to(dev)
@@ -62,7 +64,7 @@ def make(cfg: dict, name: str, strategy: str, devs: list[torch.device], seed: in
     if strategy == "data_parallel":
         ids = [d.index for d in devs] if dev.type == "cuda" else None
         model = nn.DataParallel(base, device_ids=ids)
-        n_used = len(ids) if ids else 1
+        used = list(dict.fromkeys(devs)) if ids else [dev]
         note = DP_CPU_NOTE if ids is None else f"{len(ids)} GPU thread(s) (scatter, replicate, gather)"
     elif strategy == "freeze":
         for layer in base.feature_layers():
@@ -76,7 +78,7 @@ def make(cfg: dict, name: str, strategy: str, devs: list[torch.device], seed: in
     if strategy == "offload_params":
         offload_parameters(base, opt, dev)
         note = "" if dev.type == "cuda" else "on CPU the moves to/from host memory are no-ops"
-    return model, opt, dev, n_used, note
+    return model, opt, dev, used, note
 
 
 STRATEGIES = ("single", "data_parallel", "naive_mp")
@@ -91,12 +93,14 @@ def run_single(cfg: dict, dataset, devices) -> dict:
     for name in cfg["models"]:
         for b in cfg["batch_sizes"]:
             for strategy in STRATEGIES + (TECHNIQUES if b == max(cfg["batch_sizes"]) else ()):
-                model, opt, dev, n_used, note = make(cfg, name, strategy, devs, seed)
+                model, opt, dev, used, note = make(cfg, name, strategy, devs, seed)
                 batches = data.EpochBatches(dataset, b, seed=seed)
                 loop.reset_peak(set(devs))
-                stats, losses = loop.run_timed(lambda: loop.timed_step(model, opt, batches, dev),
-                                               warmup, repeats)
-                rows.append({"model": name, "strategy": strategy, "global_batch": b, "devices": n_used,
+                stats, losses = loop.run_timed(
+                    lambda: loop.timed_step(model, opt, batches, dev, sync_devices=used),
+                    warmup, repeats)
+                rows.append({"model": name, "strategy": strategy, "global_batch": b,
+                             "devices": len(used),
                              **loop.stats_row(stats, b),
                              "peak_mem_bytes": max(loop.peak_bytes(d) for d in set(devs)),
                              "final_loss": losses[-1], "note": note})
@@ -105,7 +109,7 @@ def run_single(cfg: dict, dataset, devices) -> dict:
     return {"throughput": rows, "loss_curve": curves, "checks": checks}
 
 
-def naive_mp_check(cfg, name, devs, dataset, seed) -> dict:
+def naive_mp_check(cfg, name, devs, dataset, seed) -> Check:
     """The split model computes exactly what the unsplit one does (same init, same input)."""
     loop.seed_everything(seed)
     plain = models.build_classifier(name, cfg["mlp_hidden"]).to(devs[0])
@@ -115,8 +119,8 @@ def naive_mp_check(cfg, name, devs, dataset, seed) -> dict:
     with torch.no_grad():
         err = loop.rel_err(split(x).to(devs[0]), plain(x))
     tol = cfg["equivalence_tolerance"]
-    return {"check": f"naive_mp == unsplit ({name}, forward)", "value": err, "tolerance": tol,
-            "passed": bool(err <= tol)}
+    return Check.within(f"naive_mp == unsplit ({name}, forward)", "single", err, tol,
+                        note="max |a-b| / max |b| of the logits")
 
 
 def loss_curves(cfg, name, dataset, dev, seed) -> list[dict]:

@@ -3,19 +3,18 @@ from __future__ import annotations
 
 import pandas as pd
 
+from gpulab import outcomes
+from gpulab.outcomes import Bar, Check, Verdict
 from gpulab.train import loop
-
-BAR_COLUMNS = ["bar", "measured", "reference", "ratio", "threshold", "passed", "unit", "note"]
-BAR_UNITS = {"measured": "see unit", "reference": "see unit", "ratio": "1", "threshold": "see note"}
 
 
 def units_for(df: pd.DataFrame, extra: dict | None = None) -> dict:
     u = {**loop.UNITS, "bucket_cap_mb": "MB", "comm_exposed_s": "s", "backward_nosync_s": "s",
          "stage_fb_s": "s", "busy_s": "s", "bubble_measured": "1", "bubble_gpipe": "1",
          "grad_rel_err": "1", "loss_rel_err": "1", "micro_batch": "samples", "microbatches": "count",
-         "stages": "count", "speedup": "1", "params_local": "count", "value": "1",
+         "stages": "count", "params_local": "count", "value": "1", "bound": "1",
          "tolerance": "1", "epoch": "count", **(extra or {})}
-    return {c: u[c] for c in df.columns if c in u}
+    return outcomes.units_for(df, u)
 
 
 def slowest_rank(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -32,6 +31,7 @@ def ddp_table(rows: list[dict]) -> pd.DataFrame:
     keys = ["sweep", "model", "devices", "local_batch", "global_batch", "bucket_cap_mb", "comm_hook"]
     agg = slowest_rank(df, keys)
     agg["samples_per_s"] = agg["global_batch"] / agg["step_s_median"]
+    agg["speedup"] = float("nan")
     agg["efficiency"] = float("nan")
     for i, r in agg.iterrows():
         if r["sweep"] == "comm":
@@ -41,20 +41,10 @@ def ddp_table(rows: list[dict]) -> pd.DataFrame:
             (agg["local_batch"] == r["local_batch"])
         base = agg[same]
         if len(base):
-            agg.loc[i, "efficiency"] = loop.scaling_efficiency(
-                r["samples_per_s"], int(r["devices"]), float(base["samples_per_s"].iloc[0]))
+            one = float(base["samples_per_s"].iloc[0])
+            agg.loc[i, "speedup"] = r["samples_per_s"] / one
+            agg.loc[i, "efficiency"] = loop.scaling_efficiency(r["samples_per_s"], int(r["devices"]), one)
     return agg.sort_values(keys).reset_index(drop=True)
-
-
-def bar(name, measured, reference, threshold, passed, unit, note) -> dict:
-    ratio = measured / reference if reference not in (0, None) and measured == measured else float("nan")
-    return {"bar": name, "measured": float(measured), "reference": float(reference), "ratio": ratio,
-            "threshold": float(threshold), "passed": passed, "unit": unit, "note": note}
-
-
-def not_applicable(name, unit, why) -> dict:
-    return {"bar": name, "measured": float("nan"), "reference": float("nan"), "ratio": float("nan"),
-            "threshold": float("nan"), "passed": "n/a", "unit": unit, "note": why}
 
 
 def multi_gpu_reason(kind: str, n: int) -> str | None:
@@ -65,20 +55,36 @@ def multi_gpu_reason(kind: str, n: int) -> str | None:
     return None
 
 
-def ddp_bars(agg: pd.DataFrame, kind: str, n: int) -> pd.DataFrame:
+DDP_SOURCES = {
+    "strong": "the same global batch (same work) on one device, same run (DDP sweep, 1 rank)",
+    "weak": "the same per-device batch on one device, same run (DDP sweep, 1 rank)",
+}
+
+
+def ddp_bars(agg: pd.DataFrame, kind: str, n: int) -> list[Bar]:
+    """Throughput speed-up on n devices against one device; ratio = efficiency = speed-up / n."""
     out, why = [], multi_gpu_reason(kind, n)
     for sweep, thr in (("weak", 0.8), ("strong", 0.6)):
-        name = f"DDP {sweep}-scaling efficiency on {n} devices"
+        name = f"DDP {sweep}-scaling speed-up on {n} devices vs one device"
         sel = agg[(agg["sweep"] == sweep) & (agg["devices"] == n) & agg["efficiency"].notna()]
         if why or sel.empty:
-            out.append(not_applicable(name, "1", why or "no configuration ran at this count"))
+            out.append(Bar.not_applicable(name, why or "no configuration ran at this count",
+                                          unit="x", threshold=thr))
             continue
         best = sel.loc[sel["efficiency"].idxmax()]
-        e = float(best["efficiency"])
-        out.append(bar(name, e, 1.0, thr, "pass" if e >= thr else "fail", "1",
-                       f"threshold: efficiency >= {thr}; best of models/batches "
-                       f"({best['model']}, global batch {int(best['global_batch'])})"))
-    return pd.DataFrame(out, columns=BAR_COLUMNS)
+        out.append(Bar.measure(name, float(best["speedup"]), n, source=DDP_SOURCES[sweep],
+                               threshold=thr, unit="x",
+                               note=f"throughput (samples/s) ratio; best of models/batches "
+                                    f"({best['model']}, global batch {int(best['global_batch'])})"))
+    return out
+
+
+def _bubble_bar(name: str, measured: float, formula: float, tol: float, note: str) -> Bar:
+    """|measured - formula| <= tol: an absolute bound, so the verdict is set here."""
+    diff = abs(measured - formula)
+    return Bar(name, float(measured), float(formula), "GPipe formula (p-1)/(m+p-1)", tol, "1",
+               Verdict.of(diff <= tol).value, measured / formula if formula else float("nan"),
+               "<=", note)
 
 
 def pipeline_tables(rows: list[dict], cfg: dict, kind: str, p: int):
@@ -97,22 +103,20 @@ def pipeline_tables(rows: list[dict], cfg: dict, kind: str, p: int):
         agg = pd.DataFrame(columns=keys)
     agg = pd.concat([agg, skipped], ignore_index=True).sort_values(keys).reset_index(drop=True)
     tol = cfg["float32_tolerance"]
-    checks = [{"check": f"pipeline {r.schedule} m={r.microbatches} == unsplit (grads, loss; "
-                        "float32)", "value": max(r.grad_rel_err, r.loss_rel_err), "tolerance": tol,
-               "passed": bool(max(r.grad_rel_err, r.loss_rel_err) <= tol)}
+    checks = [Check.within(f"pipeline {r.schedule} m={r.microbatches} == unsplit (grads, loss; "
+                           "float32)", "pipeline", max(r.grad_rel_err, r.loss_rel_err), tol)
               for r in agg.itertuples() if r.note == ""]
     why = multi_gpu_reason(kind, p)
     name = "pipeline bubble vs GPipe (p-1)/(m+p-1), GPipe schedule, largest m"
     gp = agg[(agg["schedule"] == "gpipe")] if "bubble_measured" in agg else agg.iloc[0:0]
     if why or gp.empty:
-        bars = [not_applicable(name, "1", why or "no GPipe run")]
+        bars = [Bar.not_applicable(name, why or "no GPipe run", unit="1")]
     else:
         r = gp.loc[gp["microbatches"].idxmax()]
-        diff = abs(r["bubble_measured"] - r["bubble_gpipe"])
-        bars = [bar(name, r["bubble_measured"], r["bubble_gpipe"], 0.10,
-                    "pass" if diff <= 0.10 else "fail", "1",
-                    f"threshold: |measured - formula| <= 0.10 at p={p}, m={int(r['microbatches'])}")]
-    return agg, checks, pd.DataFrame(bars, columns=BAR_COLUMNS)
+        bars = [_bubble_bar(name, r["bubble_measured"], r["bubble_gpipe"], 0.10,
+                            f"threshold: |measured - formula| <= 0.10 at p={p}, "
+                            f"m={int(r['microbatches'])}")]
+    return agg, checks, bars
 
 
 def tensor_tables(rows: list[dict], rank_checks: list[dict], cfg: dict, kind: str, n: int):
@@ -125,16 +129,16 @@ def tensor_tables(rows: list[dict], rank_checks: list[dict], cfg: dict, kind: st
     agg["speedup"] = [base.get(b, float("nan")) / s for b, s in zip(agg["global_batch"], agg["step_s_median"])]
     tol = cfg["float32_tolerance"]
     err = max(max(c["grad_rel_err"], c["loss_rel_err"]) for c in rank_checks)
-    checks = [{"check": f"tensor parallel on {n} rank(s) == unsplit (full grads, loss; float32)",
-               "value": err, "tolerance": tol, "passed": bool(err <= tol)}]
+    checks = [Check.within(f"tensor parallel on {n} rank(s) == unsplit (full grads, loss; float32)",
+                           "tensor", err, tol)]
     why = multi_gpu_reason(kind, n)
     name = f"tensor-parallel speedup on {n} devices (largest batch)"
     tp = agg[agg["mode"] == "tensor_parallel"]
     if why:
-        bars = [not_applicable(name, "1", why)]
+        bars = [Bar.not_applicable(name, why, unit="x")]
     else:
         r = tp.loc[tp["global_batch"].idxmax()]
-        ratio = r["speedup"] / n
-        bars = [bar(name, r["speedup"], n, 0.5, "pass" if ratio >= 0.5 else "fail", "x",
-                    "threshold: speedup / devices >= 0.5 (reference: linear speedup)")]
-    return agg.sort_values(keys).reset_index(drop=True), checks, pd.DataFrame(bars, columns=BAR_COLUMNS)
+        bars = [Bar.measure(name, r["speedup"], n, source="the unsplit model on one device, same "
+                            "batch, same run; ideal: linear speed-up", threshold=0.5, unit="x",
+                            note="threshold: speedup / devices >= 0.5")]
+    return agg.sort_values(keys).reset_index(drop=True), checks, bars

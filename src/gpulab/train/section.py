@@ -13,6 +13,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from gpulab import results  # noqa: E402
+from gpulab.report.frames import checks_summary  # noqa: E402
 from gpulab.report.html import Figures, esc, note  # noqa: E402
 
 TITLE = "Training: data, model, pipeline and tensor parallelism"
@@ -201,13 +202,17 @@ def render(files: list[Path], figs: Figures) -> str:
     all_pairs = [p for pairs in by.values() for p in pairs]
     checks = _table(all_pairs, "checks")
     if not checks.empty:
-        parts.append(figs.table(checks[["system", "check", "value", "tolerance", "passed"]],
+        parts.append(figs.table(checks[["system", "check", "case", "value", "bound", "verdict",
+                                        "note"]],
                                 "Correctness checks (relative errors; float64 for DDP, float32 "
-                                "for pipeline and tensor parallel)."))
+                                "for pipeline and tensor parallel). "
+                                + checks_summary([f for f, _ in all_pairs], "checks verified")))
     bars = _table(all_pairs, "bars")
     if not bars.empty:
-        parts.append(figs.table(bars, "Bars: measured against reference in the same run "
-                                      "(n/a where they need more than one GPU)."))
+        parts.append(figs.table(bars, "Bars: speed-ups against the same work on one device in the "
+                                      "same run, the bubble against GPipe's formula (not "
+                                      "applicable, with the reason, where they need more than one "
+                                      "GPU)."))
     return "\n".join(parts)
 
 
