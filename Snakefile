@@ -22,6 +22,8 @@ for _stage in STAGE_RULE_FILES:
     if Path(workflow.basedir, "workflow", "rules", f"{_stage}.smk").exists():
         include: f"workflow/rules/{_stage}.smk"
 
+# Narrows STAGE_RESULTS to config `stages`, so it comes after the stage rules and before the report.
+include: "workflow/rules/fleet.smk"
 include: "workflow/rules/report.smk"
 
 

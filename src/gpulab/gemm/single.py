@@ -7,6 +7,7 @@ the way most favourable to torch: batches of back-to-back calls between two even
 """
 from __future__ import annotations
 
+import json
 import math
 
 import torch
@@ -46,6 +47,8 @@ def baseline(device: torch.device, sizes, precs, warmup: int, repeats: int, seed
                 "tflops_max": numerics.tflops(m, n, k, st.min),
                 "tflops_min": numerics.tflops(m, n, k, st.max),
                 "rel_error": rel, "bound": prec.bound, "passed": bool(rel <= prec.bound),
+                # every repetition (JSON list), for baselines and the fleet view
+                "time_s_samples": json.dumps([float(f"{x:.6g}") for x in st.samples]),
             })
             del a, b, out
         del a32, b32
