@@ -1,16 +1,19 @@
 """The fleet view: which host of many (same GPU model) is sick, by which metric and by how much.
 
 Per group (device kind + GPU model; groups are never mixed) and metric, each host is summarised by
-the median of its samples, x. Against the fleet (every host of the group):
+the median of its samples, x. Against the fleet (every host of the group), on a log scale
+(y = ln x, so half and double the bandwidth are equally far from the median):
 
-    M   = median of the hosts' x
-    MAD = median |x - M|                     (median absolute deviation)
-    z   = 0.6745 * (x - M) / max(MAD, mad_floor * |M|)
+    M   = median of the hosts' y
+    MAD = median |y - M|                     (median absolute deviation)
+    z   = 0.6745 * (y - M) / max(MAD, mad_floor)
 
 z is the robust z-score of Iglewicz and Hoaglin (0.6745 makes it comparable to a normal z); it is
 not thrown off by the sick host itself the way a mean and standard deviation are. The floor on the
-MAD (default 2 % of the median) keeps a fleet whose hosts agree almost exactly from flagging a host
-that is a fraction of a percent off. ``badness`` is z oriented so that positive = worse (lower
+MAD (default 0.02, about 2 % of the median) keeps a fleet whose hosts agree almost exactly from
+flagging a host that is a fraction of a percent off. Metrics with values <= 0 (error counts,
+all-zero states) use y = x and a floor of mad_floor * |median| (at least 1e-12), so one ECC
+error on a fleet of zeros is flagged. ``badness`` is z oriented so that positive = worse (lower
 bandwidth, higher latency). A host is *flagged* on a metric when
 
 - badness > ``threshold`` (default 3.5, Iglewicz and Hoaglin's outlier cut-off), and
@@ -63,9 +66,12 @@ def deviations(samples: pd.DataFrame, settings: Settings = Settings()) -> pd.Dat
         g = g.copy()
         x = g["value"].to_numpy(float)
         m = float(np.median(x))
-        mad = float(np.median(np.abs(x - m)))
-        scale = max(mad, settings.mad_floor * abs(m), 1e-12)
-        z = Z_CONST * (x - m) / scale
+        log = bool(np.all(x > 0))
+        y = np.log(x) if log else x
+        my = float(np.median(y))
+        mad = float(np.median(np.abs(y - my)))
+        scale = max(mad, settings.mad_floor if log else max(settings.mad_floor * abs(my), 1e-12))
+        z = Z_CONST * (y - my) / scale
         higher = g["better"].iloc[0] == metmod.HIGHER
         bad = -z if higher else z
         best_worse = (g["best"] < m) if higher else (g["best"] > m)
@@ -111,8 +117,8 @@ def format_text(dev: pd.DataFrame, settings: Settings = Settings(), limit: int =
             lines.append(f"   no suspect host (robust z beyond {settings.threshold} in the bad "
                          "direction on no metric)")
             continue
-        lines.append(f"   suspect hosts (robust z = 0.6745 (x - median) / max(MAD, "
-                     f"{settings.mad_floor:.0%} of median), flagged beyond {settings.threshold}):")
+        lines.append(f"   suspect hosts (robust z = 0.6745 (y - median) / max(MAD, "
+                     f"{settings.mad_floor}), y = ln(x), flagged beyond {settings.threshold}):")
         lines.append(f"   {'rank':>4}  {'host':<16} {'z(bad)':>8} {'x/median':>9} {'value':>11} "
                      f"{'median':>11}  unit      metric")
         for r in s.head(limit).itertuples():
