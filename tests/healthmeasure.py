@@ -9,16 +9,17 @@ import contextlib
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
 
 from gpulab import results
 
-TRANSFER = {"warmup": 1, "repeats": 5, "copies": 12, "matrix_bytes": 8 << 20, "latency_bytes": 16,
-            "latency_copies": 100, "host_sizes": [8 << 20], "sweep_target_bytes": 96 << 20,
-            "host_threads": [1], "host_threads_bytes": 8 << 20}
-GEMM_SIZE = [512, 512, 512]
+TRANSFER = {"warmup": 1, "repeats": 5, "copies": 24, "matrix_bytes": 4 << 20, "latency_bytes": 16,
+            "latency_copies": 100, "host_sizes": [4 << 20], "sweep_target_bytes": 96 << 20,
+            "host_threads": [1], "host_threads_bytes": 4 << 20}
+GEMM_SIZE = [768, 768, 768]
 
 
 @contextlib.contextmanager
@@ -45,8 +46,12 @@ def degraded(burners: int = 5):
             p.wait()
 
 
-def measure_host(root: Path, host: str, *, slow: bool = False) -> list[Path]:
-    """transfer + gemm results of `host` under root/<stage>/<host>/main.h5."""
+def measure_host(root: Path, host: str, *, slow: bool = False) -> float:
+    """transfer + gemm results of `host` under root/<stage>/<host>/main.h5.
+
+    Returns the share of the wall time this process got the CPU (process CPU time / wall time):
+    other tenants of a shared machine show up as a low share.
+    """
     import torch
 
     from gpulab import transfer
@@ -55,6 +60,7 @@ def measure_host(root: Path, host: str, *, slow: bool = False) -> list[Path]:
 
     old = os.environ.get("GPULAB_HOST")
     os.environ["GPULAB_HOST"] = host
+    t0, c0 = time.perf_counter(), os.times()
     try:
         with degraded() if slow else contextlib.nullcontext():
             out = root / "transfer" / host / "main.h5"
@@ -65,7 +71,8 @@ def measure_host(root: Path, host: str, *, slow: bool = False) -> list[Path]:
             r = results.Result("gemm", "main", {"sizes": [GEMM_SIZE]}, "cpu")
             r.add_table("single", pd.DataFrame(rows))
             paths.append(results.write(r, root / "gemm" / host / "main.h5"))
-        return paths
+        c1 = os.times()
+        return (c1.user + c1.system - c0.user - c0.system) / (time.perf_counter() - t0)
     finally:
         if old is None:
             os.environ.pop("GPULAB_HOST", None)

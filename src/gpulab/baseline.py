@@ -121,7 +121,7 @@ def dumps(doc: dict) -> str:
     head = {k: v for k, v in doc.items() if k != "metrics"}
     import yaml
 
-    lines = [yaml.safe_dump(head, sort_keys=False, default_flow_style=None, width=100).rstrip(),
+    lines = [yaml.safe_dump(head, sort_keys=False, default_flow_style=False, width=100).rstrip(),
              "metrics:"]
     for m, e in doc["metrics"].items():
         lines.append(f"  {json.dumps(m)}: {json.dumps(e)}")
