@@ -25,10 +25,11 @@ def node_results(node):
     }
 
 
-# Nodes other than this host: this host's results come from the ordinary stage rules.
-FLEET_NODES = [n for n in FLEET["nodes"] if n != HOST]
-NODE_RESULTS = [p for n in FLEET_NODES for p in node_results(n).values()]
-STAGE_RESULTS.extend(NODE_RESULTS)
+# Cluster mode: the fleet is the listed nodes, each measured by one job pinned to it; the host that
+# runs snakemake (a login node) measures nothing itself.
+FLEET_NODES = list(FLEET["nodes"])
+if FLEET_NODES:
+    STAGE_RESULTS[:] = [p for n in FLEET_NODES for p in node_results(n).values()]
 BASELINE = FLEET["baseline"]
 BASELINE_JSON = f"results/baseline/{HOST}/{BASELINE}.json" if BASELINE else None
 if BASELINE_JSON:
@@ -63,13 +64,21 @@ if FLEET_NODES:
         resources:
             gpu=HOST_GPUS,
             runtime=FLEET["node_runtime"],
-            slurm_extra=lambda wc: f"'--nodelist={wc.node} --exclusive'",
+            cpus_per_task=max(4, 2 * HOST_GPUS),
+            # appended to sbatch as it is: pin the job to its node, alone there
+            slurm_extra=lambda wc: f"--nodelist={wc.node} --exclusive",
         log:
             "results/logs/health/{node}.log",
         shell:
             "( export GPULAB_HOST={wildcards.node} && "
             + " && ".join(_node_cmd(s, s) for s in HEALTH_STAGES)
             + " ) 2>&1 | tee {log}"
+
+    # A listed node that is also this host: its own job, not the per-stage rules.
+    ruleorder: health_node > probe
+    ruleorder: health_node > transfer
+    ruleorder: health_node > collectives_variant
+    ruleorder: health_node > gemm
 
 
 # `snakemake fleet`: the fleet view as text (the report shows it with a heatmap).
