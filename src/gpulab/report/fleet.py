@@ -30,6 +30,10 @@ HEATMAP_METRICS = 40
 Z_CLIP = 10.0
 
 
+def _short(label: str, n: int = 56) -> str:
+    return label if len(label) <= n else f"{label[:22]}...{label[-(n - 25):]}"
+
+
 def _heatmap(dev, group: str, figs: Figures, settings: fl.Settings) -> str:
     g = dev[dev["group"] == group]
     worst = g.groupby("metric")["badness"].apply(lambda s: float(np.nanmax(np.abs(s))))
@@ -39,7 +43,7 @@ def _heatmap(dev, group: str, figs: Figures, settings: fl.Settings) -> str:
     fig, ax = plt.subplots(figsize=(min(2 + 0.28 * len(keep), 16), 1.6 + 0.35 * len(m)))
     sns.heatmap(m, cmap="RdBu_r", center=0, vmin=-Z_CLIP, vmax=Z_CLIP, ax=ax,
                 cbar_kws={"label": "robust z, + = worse"})
-    ax.set_xticklabels([t.get_text()[-48:] for t in ax.get_xticklabels()], fontsize=6, rotation=90)
+    ax.set_xticklabels([_short(t.get_text()) for t in ax.get_xticklabels()], fontsize=6, rotation=90)
     ax.set_xlabel("")
     ax.set_ylabel("host")
     shown = f"the {len(keep)} metrics with the largest deviation" if len(worst) > len(keep) else "every metric"
