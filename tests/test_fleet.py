@@ -119,6 +119,10 @@ def test_compare_one_verdicts_and_tolerance():
     assert shifted.separated and shifted.change == "same"
     faster_latency = bl.compare_one("m", "us", "lower", base, [50, 51, 49, 50, 50.5])
     assert faster_latency.change == "improvement" and faster_latency.gain == pytest.approx(2.0)
+    # states read once have no noise: one NVLink of 18 down is a regression, one ECC error too
+    assert bl.compare_one("links", "links", "higher", [18], [17]).change == "regression"
+    assert bl.compare_one("ecc", "errors", "lower", [0], [1]).change == "regression"
+    assert bl.compare_one("ecc", "errors", "lower", [0], [0]).change == "same"
 
 
 # ---------------------------------------------------------------- real measurements
@@ -292,3 +296,36 @@ def test_cluster_dry_run_one_pinned_health_job_per_node(workflow_dir):
             if len(ln.split()) == 2 and ln.split()[1].isdigit()}
     assert jobs.get("health_node") == 3 and jobs.get("report") == 1
     assert "probe" not in jobs and "results/probe/login.h5" not in out  # the login node measures nothing
+
+
+def _probe_result(root: Path, host: str, model="NVIDIA H200", width=16, throttle=0x1, ecc=0,
+                  links_up=18) -> None:
+    from gpulab import results
+
+    r = results.Result("probe", "main", {}, "cuda")
+    r.attrs["has_gpus"] = True
+    r.add_table("gpus", pd.DataFrame([
+        {"index": i, "name": model, "pcie_gen_now": 5, "pcie_width_now": width if i == 1 else 16,
+         "sm_clock_max_mhz": 1980, "throttle_reasons": throttle if i == 1 else 0x1,
+         "ecc_uncorrected_volatile": ecc if i == 1 else 0} for i in range(2)]))
+    r.add_table("nvlinks", pd.DataFrame([{"gpu": g, "link": k, "active": k < (links_up if g == 1 else 18)}
+                                         for g in range(2) for k in range(18)]))
+    os.environ["GPULAB_HOST"] = host
+    try:
+        results.write(r, root / "probe" / f"{host}.h5")
+    finally:
+        del os.environ["GPULAB_HOST"]
+
+
+def test_probe_state_of_a_sick_node_is_flagged_per_gpu(tmp_path):
+    """A GPU whose link trained at x8, with a thermal slowdown, ECC errors and a dead NVLink."""
+    for h in ("a", "b", "c", "d"):
+        _probe_result(tmp_path, h)
+    _probe_result(tmp_path, "sick", width=8, throttle=0x1 | 0x40, ecc=3, links_up=17)
+    _probe_result(tmp_path, "other", model="NVIDIA H100", width=8)  # another model: not compared
+    samples = metmod.find(tmp_path)
+    assert set(samples["group"]) == {"cuda: NVIDIA H200", "cuda: NVIDIA H100"}
+    s = fl.suspects(fl.deviations(samples))
+    assert set(s["host"]) == {"sick"}
+    assert set(s["metric"]) == {"probe/gpu=1/pcie_width_now", "probe/gpu=1/clock_slowdown_reasons",
+                                "probe/gpu=1/ecc_uncorrected_volatile", "probe/gpu=1/nvlinks_active"}

@@ -22,7 +22,8 @@ Comparison, per metric present in both (verdicts: :class:`Change`, not the pass/
   at 5 % (non-overlap of 4 vs 4 has p = 1/70); the U test's p-value is shown beside it.
 - A difference must also be *relevant*: |gain - 1| > ``tolerance`` (default 10 %), because
   run-to-run shifts (clocks, placement, other tenants) move whole runs by a few percent while each
-  run's samples stay tight, and would otherwise be flagged on every unchanged rerun.
+  run's samples stay tight, and would otherwise be flagged on every unchanged rerun. States read
+  once (the probe's PCIe width, NVLinks up, ECC errors) have no such noise: any change counts.
 - regression: separated in the bad direction and beyond the tolerance; improvement: the same in the
   good direction; same: otherwise. A metric in only one of the two is listed as ``missing``/``new``.
 """
@@ -223,7 +224,8 @@ def compare_one(metric: str, unit: str, better: str, b: Iterable[float], c: Iter
     sb, sc = (b, c) if better == metmod.HIGHER else (-b, -c)
     worse_sep = sc.max() < sb.min()
     better_sep = sc.min() > sb.max()
-    relevant = abs(gain - 1) > tolerance
+    # a state read once (PCIe width, NVLinks up, ECC errors) has no run-to-run noise
+    relevant = abs(gain - 1) > (0.0 if len(b) == 1 and len(c) == 1 else tolerance)
     if worse_sep and relevant and gain < 1:
         change = Change.REGRESSION
     elif better_sep and relevant and gain > 1:

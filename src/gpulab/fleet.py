@@ -12,8 +12,10 @@ z is the robust z-score of Iglewicz and Hoaglin (0.6745 makes it comparable to a
 not thrown off by the sick host itself the way a mean and standard deviation are. The floor on the
 MAD (default 0.02, about 2 % of the median) keeps a fleet whose hosts agree almost exactly from
 flagging a host that is a fraction of a percent off. Metrics with values <= 0 (error counts,
-all-zero states) use y = x and a floor of mad_floor * |median| (at least 1e-12), so one ECC
-error on a fleet of zeros is flagged. ``badness`` is z oriented so that positive = worse (lower
+all-zero states) use y = x and a floor of mad_floor * |median|. States read once, without
+repetitions (the probe's PCIe width, active NVLinks, ECC error counts), have no noise, so their
+floor is 0: any deviation from a unanimous fleet in the bad direction flags (one ECC error on a
+fleet of zeros, one NVLink down of 18). ``badness`` is z oriented so that positive = worse (lower
 bandwidth, higher latency). A host is *flagged* on a metric when
 
 - badness > ``threshold`` (default 3.5, Iglewicz and Hoaglin's outlier cut-off), and
@@ -70,7 +72,10 @@ def deviations(samples: pd.DataFrame, settings: Settings = Settings()) -> pd.Dat
         y = np.log(x) if log else x
         my = float(np.median(y))
         mad = float(np.median(np.abs(y - my)))
-        scale = max(mad, settings.mad_floor if log else max(settings.mad_floor * abs(my), 1e-12))
+        floor = settings.mad_floor if log else settings.mad_floor * abs(my)
+        if g["n"].max() == 1:
+            floor = 0.0  # a state read once (PCIe width, links up): no noise to allow for
+        scale = max(mad, floor, 1e-12)
         z = Z_CONST * (y - my) / scale
         higher = g["better"].iloc[0] == metmod.HIGHER
         bad = -z if higher else z
