@@ -20,7 +20,6 @@ hosts are compared only within a group.
 from __future__ import annotations
 
 import json
-import logging
 import math
 from pathlib import Path
 from typing import Iterable
@@ -29,7 +28,6 @@ import pandas as pd
 
 from gpulab import results
 
-log = logging.getLogger("gpulab.metrics")
 
 COLUMNS = ["group", "host", "stage", "metric", "unit", "better", "sample", "value"]
 HIGHER, LOWER = "higher", "lower"
@@ -170,11 +168,10 @@ def group_of(device_kind: str, models: Iterable[str]) -> str:
     return f"cuda: {' + '.join(names) if names else 'unknown GPU'}"
 
 
-def _probe_models(files: list[Path]) -> dict[str, list[str]]:
+def _probe_models(files: list[tuple[Path, dict]]) -> dict[str, list[str]]:
     """GPU names per host from the probe results (for results that do not name their GPUs)."""
     out = {}
-    for f in files:
-        a = results.read_attrs(f)
+    for f, a in files:
         if a.get("stage") == "probe" and a.get("has_gpus"):
             out[str(a.get("host"))] = [str(n) for n in results.read_table(f, "gpus")["name"]]
     return out
@@ -182,17 +179,8 @@ def _probe_models(files: list[Path]) -> dict[str, list[str]]:
 
 def collect(files: Iterable[str | Path]) -> pd.DataFrame:
     """Every metric sample of the given result files (columns :data:`COLUMNS`)."""
-    files = [Path(f) for f in files]
-    readable = []
-    for f in files:
-        try:
-            a = results.read_attrs(f)
-        except OSError as exc:
-            log.warning("metrics: skipping unreadable %s: %s", f, exc)
-            continue
-        if "stage" in a and "schema_version" in a:
-            readable.append((f, a))
-    probe_models = _probe_models([f for f, _ in readable])
+    readable = list(results.with_attrs(files, "metrics"))
+    probe_models = _probe_models(readable)
     rows: list[dict] = []
     for f, a in readable:
         fn = EXTRACTORS.get(str(a["stage"]))

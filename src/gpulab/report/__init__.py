@@ -35,16 +35,7 @@ class Built:
 
 def group_by_stage(files: Iterable[Path]) -> dict[str, list[Path]]:
     by_stage: dict[str, list[Path]] = defaultdict(list)
-    for f in files:
-        try:
-            a = results.read_attrs(f)
-        except OSError as exc:
-            log.warning("skipping unreadable result %s: %s", f, exc)
-            continue
-        if "schema_version" not in a or "stage" not in a:
-            # Other HDF5 files under results/ (e.g. the data stage's training sets) are inputs, not results.
-            log.info("report: %s is not a gpulab result (no stage/schema_version); not reported", f)
-            continue
+    for f, a in results.with_attrs(files, "report"):
         by_stage[str(a["stage"])].append(Path(f))
     return by_stage
 
