@@ -329,3 +329,37 @@ def test_probe_state_of_a_sick_node_is_flagged_per_gpu(tmp_path):
     assert set(s["host"]) == {"sick"}
     assert set(s["metric"]) == {"probe/gpu=1/pcie_width_now", "probe/gpu=1/clock_slowdown_reasons",
                                 "probe/gpu=1/ecc_uncorrected_volatile", "probe/gpu=1/nvlinks_active"}
+
+
+def test_metric_samples_follow_the_stage_conventions(tmp_path):
+    """GB/s per sample = bytes moved / seconds; us per copy = seconds / copies; TFLOP/s = 2MNK/s;
+    derived floats (hybrid's speedup) stay out of a metric's name."""
+    from gpulab import results
+    from gpulab.transfer.measure import bandwidth_row, latency_row
+
+    r = results.Result("transfer", "main", {}, "cuda", attrs={"device_names": ["NVIDIA H200"]})
+    r.add_table("host_device", pd.DataFrame([
+        bandwidth_row([0.01, 0.02], 10**9, direction="H2D", memory="pinned", call="async", device=0,
+                      bytes=10**8, copies=10, verified=True, clock="cuda events")]))
+    r.add_table("p2p", pd.DataFrame([latency_row([2e-4, 4e-4], 100, test="latency", metric="latency_gpu",
+                                                 mechanism="ce", p2p="enabled", src=0, dst=1, bytes=16)]))
+    r.add_table("hybrid", pd.DataFrame([{**bandwidth_row([0.5], 10**9, path="split", src=0, dst=1,
+                                                        bytes=10**9, ratio_R=0.25),
+                                         "speedup_vs_best_single": 1.2345}]))
+    g = results.Result("gemm", "main", {}, "cuda", attrs={"device_name": "NVIDIA H200"})
+    g.add_table("single", pd.DataFrame([{"M": 1000, "N": 1000, "K": 500, "dtype": "bf16",
+                                         "time_s_samples": json.dumps([1e-3, 2e-3])}]))
+    os.environ["GPULAB_HOST"] = "h"
+    try:
+        results.write(r, tmp_path / "transfer" / "h" / "main.h5")
+        results.write(g, tmp_path / "gemm" / "h" / "main.h5")
+    finally:
+        del os.environ["GPULAB_HOST"]
+    s = metmod.find(tmp_path)
+    assert set(s["group"]) == {"cuda: NVIDIA H200"}
+    by = {m: list(x["value"]) for m, x in s.groupby("metric")}
+    assert by["transfer/host_device/H2D/pinned/async/device=0/bytes=100000000"] == pytest.approx([100.0, 50.0])
+    assert by["transfer/p2p/latency/latency_gpu/ce/enabled/src=0/dst=1/bytes=16"] == pytest.approx([2.0, 4.0])
+    assert by["transfer/hybrid/split/src=0/dst=1/bytes=1000000000/ratio_R=0.25"] == pytest.approx([2.0])
+    assert by["gemm/single/bf16/1000x1000x500"] == pytest.approx([1.0, 0.5])
+    assert set(s.loc[s["unit"] == "us", "better"]) == {"lower"}

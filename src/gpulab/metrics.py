@@ -38,6 +38,8 @@ _TRANSFER_VALUE_COLS = {
     "value_max", "value_rw_median", "spread", "repeats", "unit", "samples_s", "verified", "clock",
     "copies", "note",
 }
+# Float columns that are settings (hybrid's split ratio), so part of a metric's identity.
+_TRANSFER_IDENT_FLOATS = {"ratio_R"}
 # NVML clock event reasons that mean the hardware or the driver held clocks down (idle, app
 # clocks and sync boost are normal operation).
 _SLOWDOWN_BITS = 0x4 | 0x8 | 0x20 | 0x40 | 0x80  # sw power cap, hw slowdown, sw/hw thermal, power brake
@@ -52,13 +54,22 @@ def _json_list(v) -> list[float]:
         return []
 
 
+def _derived(col: pd.Series) -> bool:
+    """A float column with fractional values (e.g. hybrid's speedup) is a result, not part of what
+    was measured: in a metric's name it would make every run's metric a new one."""
+    if not pd.api.types.is_float_dtype(col) or col.name in _TRANSFER_IDENT_FLOATS:
+        return False
+    v = col.dropna().to_numpy()
+    return bool(len(v)) and not bool((v == v.round()).all())
+
+
 def _ident(row: pd.Series, cols: Iterable[str]) -> str:
     parts = []
     for c in cols:
         v = row[c]
         if isinstance(v, float) and v.is_integer():
             v = int(v)
-        parts.append(f"{c}={v}" if c in ("src", "dst", "bytes", "threads", "gpu") else str(v))
+        parts.append(f"{c}={v}" if c in ("src", "dst", "bytes", "threads", "gpu", "device", "gpus", "ratio_R") else str(v))
     return "/".join(parts)
 
 
@@ -74,7 +85,7 @@ def _transfer(path: Path, a: dict, group: str) -> list[dict]:
         df = results.read_table(path, name)
         if not {"samples_s", "unit"} <= set(df.columns):
             continue
-        ident = [c for c in df.columns if c not in _TRANSFER_VALUE_COLS]
+        ident = [c for c in df.columns if c not in _TRANSFER_VALUE_COLS and not _derived(df[c])]
         for _, r in df.iterrows():
             secs = _json_list(r["samples_s"])
             if r["unit"] == "GB/s":
