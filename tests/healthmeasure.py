@@ -16,9 +16,11 @@ import pandas as pd
 
 from gpulab import results
 
-TRANSFER = {"warmup": 1, "repeats": 5, "copies": 24, "matrix_bytes": 4 << 20, "latency_bytes": 16,
-            "latency_copies": 100, "host_sizes": [4 << 20], "sweep_target_bytes": 96 << 20,
-            "host_threads": [1], "host_threads_bytes": 4 << 20}
+# Buffers larger than the last-level cache: in-cache copies swing several-fold with what other
+# processes do to the cache; memory-bound ones much less.
+TRANSFER = {"warmup": 1, "repeats": 5, "copies": 3, "matrix_bytes": 32 << 20, "latency_bytes": 16,
+            "latency_copies": 100, "host_sizes": [32 << 20], "sweep_target_bytes": 96 << 20,
+            "host_threads": [1], "host_threads_bytes": 32 << 20}
 GEMM_SIZE = [768, 768, 768]
 
 
@@ -46,6 +48,34 @@ def degraded(burners: int = 5):
             p.wait()
 
 
+@contextlib.contextmanager
+def _clock():
+    """Wall and CPU seconds (all threads of this process) of the measurement alone."""
+    out = {}
+    t0, c0 = time.perf_counter(), os.times()
+    yield out
+    c1 = os.times()
+    out["wall"], out["cpu"] = time.perf_counter() - t0, c1.user + c1.system - c0.user - c0.system
+
+
+def machine_state(seconds: float = 0.3) -> tuple[float, float]:
+    """(CPU share a busy loop gets, GB/s of a plain 32 MiB memcpy) right now: what other tenants of
+    the machine leave to this process (1.0 of a core on an idle machine)."""
+    import numpy as np
+
+    with _clock() as c:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+    a = np.ones(32 << 20, np.uint8)
+    b = np.empty_like(a)
+    np.copyto(b, a)
+    t0 = time.perf_counter()
+    for _ in range(6):
+        np.copyto(b, a)
+    return c["cpu"] / c["wall"], 6 * a.nbytes / (time.perf_counter() - t0) / 1e9
+
+
 def measure_host(root: Path, host: str, *, slow: bool = False) -> float:
     """transfer + gemm results of `host` under root/<stage>/<host>/main.h5.
 
@@ -60,19 +90,24 @@ def measure_host(root: Path, host: str, *, slow: bool = False) -> float:
 
     old = os.environ.get("GPULAB_HOST")
     os.environ["GPULAB_HOST"] = host
-    t0, c0 = time.perf_counter(), os.times()
+    wall = cpu = 0.0
     try:
         with degraded() if slow else contextlib.nullcontext():
             out = root / "transfer" / host / "main.h5"
-            ctx = StageContext("transfer", "main", dict(TRANSFER), {"backend": "cpu", "cpu_devices": 2}, out)
-            paths = [results.write(transfer.run(ctx), out)]
-            rows = single.baseline(torch.device("cpu"), [GEMM_SIZE], [numerics.precision("fp32")],
-                                   1, 5, 0)
+            ctx = StageContext("transfer", "main", dict(TRANSFER),
+                               {"backend": "cpu", "cpu_devices": 2}, out)
+            with _clock() as c:
+                res = transfer.run(ctx)
+            wall, cpu = wall + c["wall"], cpu + c["cpu"]
+            results.write(res, out)
+            with _clock() as c:
+                rows = single.baseline(torch.device("cpu"), [GEMM_SIZE], [numerics.precision("fp32")],
+                                       1, 5, 0)
+            wall, cpu = wall + c["wall"], cpu + c["cpu"]
             r = results.Result("gemm", "main", {"sizes": [GEMM_SIZE]}, "cpu")
             r.add_table("single", pd.DataFrame(rows))
-            paths.append(results.write(r, root / "gemm" / host / "main.h5"))
-        c1 = os.times()
-        return (c1.user + c1.system - c0.user - c0.system) / (time.perf_counter() - t0)
+            results.write(r, root / "gemm" / host / "main.h5")
+        return cpu / wall
     finally:
         if old is None:
             os.environ.pop("GPULAB_HOST", None)

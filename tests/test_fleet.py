@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
-from healthmeasure import measure_host  # noqa: E402
+from healthmeasure import machine_state, measure_host  # noqa: E402
 
 from gpulab import baseline as bl  # noqa: E402
 from gpulab import cli  # noqa: E402
@@ -27,19 +27,33 @@ from gpulab import metrics as metmod  # noqa: E402
 
 CPU_FLEET = fl.Settings(threshold=3.5, mad_floor=0.2, min_hosts=3)
 CPU_TOLERANCE = 0.6
-# A healthy host's run keeps at least one core busy; much less means other tenants took the CPU,
-# and that host was not healthy while it ran.
+# A healthy host's run keeps a core busy: its CPU share is close to what a busy loop gets just
+# before it. Much less means other tenants took the CPU while it ran; a plain memcpy far from the
+# first healthy host's means they took the memory bandwidth. Either way that run was not healthy.
 MIN_CPU_SHARE = 0.6
+MEMCPY_BAND = 0.35
 
 
-def measure_healthy(root: Path, host: str) -> None:
-    share = 0.0
+def measure_healthy(root: Path, host: str, reference: dict) -> None:
+    why = ""
     for _ in range(3):
+        capacity, memcpy = machine_state()
         share = measure_host(root, host)
-        if share >= MIN_CPU_SHARE:
+        ref = reference.setdefault("memcpy", memcpy)
+        if share < MIN_CPU_SHARE * capacity:
+            why = f"{host} got {share:.0%} of a CPU where a busy loop got {capacity:.0%}"
+        elif abs(memcpy / ref - 1) > MEMCPY_BAND:
+            why = f"memcpy ran at {memcpy:.1f} GB/s, {ref:.1f} GB/s before the first host"
+        else:
             return
-    pytest.skip(f"this machine is too busy to measure a healthy host: {host} got {share:.0%} of a "
-                "CPU in each of 3 tries (other processes' load)")
+    pytest.skip(f"this machine is too busy to measure a healthy host (other processes' load): {why}, "
+                "in each of 3 tries")
+
+
+def measure_sick(root: Path, host: str) -> None:
+    capacity, _ = machine_state()
+    share = measure_host(root, host, slow=True)
+    assert share < MIN_CPU_SHARE * capacity, f"the degradation did not take: {share:.0%} of {capacity:.0%}"
 
 
 def _samples(spec: dict[str, list[float]], group="cuda: NVIDIA H200", metric="m", unit="GB/s",
@@ -128,19 +142,21 @@ def test_compare_one_verdicts_and_tolerance():
 # ---------------------------------------------------------------- real measurements
 
 @pytest.fixture(scope="module")
-def fleet_results(tmp_path_factory) -> Path:
+def fleet_results(tmp_path_factory) -> tuple[Path, dict]:
     """Five hosts measured for real on this machine; 'sick' degraded while it ran."""
     root = tmp_path_factory.mktemp("fleet") / "results"
+    reference: dict = {}
     for host in ("node1", "node2", "sick", "node3", "node4"):
         if host == "sick":
-            assert measure_host(root, host, slow=True) < MIN_CPU_SHARE
+            measure_sick(root, host)
         else:
-            measure_healthy(root, host)
-    return root
+            measure_healthy(root, host, reference)
+    return root, reference
 
 
 @pytest.mark.timeout(300)
 def test_fleet_flags_the_degraded_host_and_only_it(fleet_results, capsys):
+    fleet_results, _ = fleet_results
     samples = metmod.find(fleet_results)
     assert set(samples["host"]) == {"node1", "node2", "node3", "node4", "sick"}
     assert samples.groupby(["host", "metric"]).size().min() == 5  # every repetition kept
@@ -154,6 +170,7 @@ def test_fleet_flags_the_degraded_host_and_only_it(fleet_results, capsys):
 
 @pytest.mark.timeout(300)
 def test_baseline_flags_a_real_slowdown_and_passes_an_unchanged_rerun(fleet_results, tmp_path, capsys):
+    fleet_results, reference = fleet_results
     bdir = tmp_path / "baselines"
     assert cli.main(["baseline", "save", "ref", "--results-dir", str(fleet_results), "--host", "node1",
                      "--baselines-dir", str(bdir)]) == 0
@@ -163,7 +180,7 @@ def test_baseline_flags_a_real_slowdown_and_passes_an_unchanged_rerun(fleet_resu
     assert all(e["n"] == 5 and len(e["samples"]) == 5 for e in doc["metrics"].values())
 
     rerun = tmp_path / "rerun"
-    measure_healthy(rerun, "node1")
+    measure_healthy(rerun, "node1", reference)
     capsys.readouterr()
     assert cli.main(["compare", "ref", "--results-dir", str(rerun), "--baselines-dir", str(bdir),
                      "--tolerance", str(CPU_TOLERANCE)]) == 0, capsys.readouterr().out
@@ -171,7 +188,7 @@ def test_baseline_flags_a_real_slowdown_and_passes_an_unchanged_rerun(fleet_resu
     assert "against baseline 'ref'" in summary and "regression" not in summary
 
     slowed = tmp_path / "slowed"
-    measure_host(slowed, "node1", slow=True)
+    measure_sick(slowed, "node1")
     jpath = tmp_path / "cmp.json"
     rc = cli.main(["compare", "ref", "--results-dir", str(slowed), "--baselines-dir", str(bdir),
                    "--tolerance", str(CPU_TOLERANCE), "--json", str(jpath)])
