@@ -39,7 +39,8 @@ if BASELINE_JSON:
 localrules: health, fleet, baseline_save, compare
 
 
-# `snakemake --cores all health`: this host's health results (and every configured node's).
+# `snakemake --cores all health`: this host's health results (in cluster mode: every node's), without
+# the other stages, whatever the config's `stages` says.
 rule health:
     input:
         [p for p in STAGE_RESULTS if _stage_of(p) in HEALTH_STAGES],
@@ -47,7 +48,7 @@ rule health:
 
 if FLEET_NODES:
 
-    def _node_cmd(stage, out):
+    def _node_cmd(stage):
         variant = "default" if stage == "collectives" else "main"
         return (f"{SLOT} --gpus {{resources.gpu}} -- {PY} {SCRIPTS}/{stage}.py "
                 f"--config-json {{params.{stage}:q}} --variant {variant} --out {{output.{stage}}}")
@@ -71,7 +72,7 @@ if FLEET_NODES:
             "results/logs/health/{node}.log",
         shell:
             "( export GPULAB_HOST={wildcards.node} && "
-            + " && ".join(_node_cmd(s, s) for s in HEALTH_STAGES)
+            + " && ".join(_node_cmd(s) for s in HEALTH_STAGES)
             + " ) 2>&1 | tee {log}"
 
     # A listed node that is also this host: its own job, not the per-stage rules.
