@@ -41,7 +41,7 @@ def parser() -> argparse.ArgumentParser:
                     "(fleet)? Reads the HDF5 results under results/.")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    b = sub.add_parser("baseline", help="save the current results as a named baseline",
+    b = sub.add_parser("baseline", help="save (or show) a named baseline of the current results",
                        description="Baselines: per-metric medians, ranges and samples of one host's "
                                    "results in a small, diffable YAML file meant to be committed.")
     bsub = b.add_subparsers(dest="action", required=True, metavar="ACTION")
