@@ -22,7 +22,7 @@ ENV = {"GPULAB_HOST": "testhost", "GPULAB_GPU_POOL": ""}
 def report_run(tmp_path_factory):
     wf = copy_workflow(tmp_path_factory.mktemp("report") / "wf")
     for rules in (wf / "workflow" / "rules").glob("*.smk"):
-        if rules.stem not in ("common", "probe", "report"):
+        if rules.stem not in ("common", "probe", "report", "fleet"):
             rules.unlink()
     # Another host's probe result, copied into results/ as a user would: it must appear beside ours.
     with pytest.MonkeyPatch.context() as mp:
