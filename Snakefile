@@ -27,6 +27,8 @@ configfile: "config.yaml"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/stages.smk"
+# Health, baselines and the fleet view: targets over the stage rules (and per-node cluster jobs).
+include: "workflow/rules/fleet.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -65,7 +65,7 @@ def key_lines(path: str | Path) -> dict[tuple, int]:
 
 def schema(name: str = "config") -> dict:
     """The packaged schema ``name``: "config" (the whole file), "common", or a registered stage."""
-    if name in ("config", "common"):
+    if name in ("config", "common", "fleet"):
         text = resources.files("gpulab").joinpath(f"{name}.schema.yaml").read_text()
     else:
         text = stages.get(name).schema_text()

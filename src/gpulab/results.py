@@ -289,6 +289,24 @@ def collect(paths: Iterable[str | os.PathLike], table: str) -> pd.DataFrame:
     return out
 
 
+def with_attrs(paths: Iterable[str | os.PathLike], who: str = "gpulab"):
+    """(path, root attrs) of each gpulab result among ``paths``; unreadable files and other HDF5
+    files (e.g. the data stage's training sets, inputs rather than results) are skipped, logged."""
+    import logging
+
+    log = logging.getLogger(f"gpulab.{who}")
+    for p in paths:
+        try:
+            a = read_attrs(p)
+        except OSError as exc:
+            log.warning("%s: skipping unreadable result %s: %s", who, p, exc)
+            continue
+        if "schema_version" not in a or "stage" not in a:
+            log.info("%s: %s is not a gpulab result (no stage/schema_version)", who, p)
+            continue
+        yield Path(p), a
+
+
 def find_results(root: str | os.PathLike = "results", stage: str | None = None) -> list[Path]:
     """All result files under ``root`` (optionally of one stage), in a stable order."""
     root = Path(root)

@@ -10,6 +10,7 @@ it is kept as a check of gpulab's own overhead (:func:`harness_check`), not as a
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import torch
 
@@ -53,6 +54,8 @@ def baseline(device: torch.device, sizes, precs, warmup: int, repeats: int, seed
                 "tflops_max": numerics.tflops(m, n, k, st.min),
                 "tflops_min": numerics.tflops(m, n, k, st.max),
                 "rel_error": rel, "bound": prec.bound,
+                # every repetition (JSON list), for baselines and the fleet view
+                "time_s_samples": json.dumps([float(f"{x:.6g}") for x in st.samples]),
             })
             del a, b, out
         del a32, b32

@@ -51,6 +51,16 @@ def _nvml_details(nv, h) -> dict:
         "numa_node": lambda: nv.nvmlDeviceGetNumaNodeId(h),
         "ecc_enabled": lambda: bool(nv.nvmlDeviceGetEccMode(h)[0]),
         "persistence_mode": lambda: bool(nv.nvmlDeviceGetPersistenceMode(h)),
+        # What a sick node shows: clocks held down (bit mask of NVML clock event reasons), memory
+        # errors since boot, a degraded PCIe link (gen/width above).
+        "throttle_reasons": lambda: int(nv.nvmlDeviceGetCurrentClocksThrottleReasons(h)),
+        "ecc_uncorrected_volatile": lambda: int(nv.nvmlDeviceGetTotalEccErrors(
+            h, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC)),
+        "ecc_corrected_volatile": lambda: int(nv.nvmlDeviceGetTotalEccErrors(
+            h, nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, nv.NVML_VOLATILE_ECC)),
+        "retired_pages_pending": lambda: bool(nv.nvmlDeviceGetRetiredPagesPendingStatus(h)),
+        "temperature_c": lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU),
+        "power_draw_w": lambda: nv.nvmlDeviceGetPowerUsage(h) / 1000.0,
     }
     for k, fn in calls.items():
         with contextlib.suppress(Exception):

@@ -17,6 +17,7 @@ from typing import Iterable
 
 from gpulab import results
 from gpulab.report import chapters, provenance, sections
+from gpulab.report import fleet as fleet_chapter
 from gpulab.report.html import Figures, error_box, esc, note, page
 
 log = logging.getLogger("gpulab.report")
@@ -34,16 +35,7 @@ class Built:
 
 def group_by_stage(files: Iterable[Path]) -> dict[str, list[Path]]:
     by_stage: dict[str, list[Path]] = defaultdict(list)
-    for f in files:
-        try:
-            a = results.read_attrs(f)
-        except OSError as exc:
-            log.warning("skipping unreadable result %s: %s", f, exc)
-            continue
-        if "schema_version" not in a or "stage" not in a:
-            # Other HDF5 files under results/ (e.g. the data stage's training sets) are inputs, not results.
-            log.info("report: %s is not a gpulab result (no stage/schema_version); not reported", f)
-            continue
+    for f, a in results.with_attrs(files, "report"):
         by_stage[str(a["stage"])].append(Path(f))
     return by_stage
 
@@ -87,6 +79,9 @@ def _guarded(sec: sections.Section, files: list[Path], figs: Figures) -> str:
 
 def build_report(files: Iterable[str | Path], title: str, figures_dir: Path | None = None) -> Built:
     files = sorted({Path(f) for f in files})
+    # `gpulab compare --json` tables ride along with the results; they are not HDF5 results.
+    comparisons = [f for f in files if f.suffix == ".json"]
+    files = [f for f in files if f.suffix != ".json"]
     by_stage = group_by_stage(files)
     files = sorted(f for fs in by_stage.values() for f in fs)
     figs = Figures(out_dir=figures_dir)
@@ -121,6 +116,12 @@ def build_report(files: Iterable[str | Path], title: str, figures_dir: Path | No
         "No stage results yet: only the probe ran. Run `snakemake --cores all` for the full pipeline."))
     ch.add("comparison", "4. Comparison with reference figures", _errors_during(
         loaded, lambda: chapters.comparison(stages, files, _gpu_names(probe_files), figs, "4"), frame))
+
+    ch.add("fleet", "5. Fleet and baselines", _errors_during(
+        [], lambda: fleet_chapter.fleet_section(files, figs), frame))
+    for i, comp in enumerate(comparisons, start=1):
+        heading, body = fleet_chapter.baseline_section(comp, figs)
+        ch.add(f"baseline-{i}", f"5.{i} {heading}", body)
 
     commit, dirty = results.git_state()
     built_by = {"at": results.now_iso(), "git": commit[:12] + ("+dirty" if dirty else ""),

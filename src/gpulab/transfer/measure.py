@@ -9,6 +9,7 @@ Conventions (stated in the report and in the result's ``conventions`` attribute)
 """
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -39,6 +40,11 @@ def bytes_moved(nbytes: int, copies: int, *, same_device: bool, bidirectional: b
     return nbytes * copies * (2 if bidirectional else 1) * (2 if same_device else 1)
 
 
+def samples_json(samples) -> str:
+    """Every repetition's seconds, kept so baselines and the fleet view can test against noise."""
+    return json.dumps([float(f"{x:.6g}") for x in samples])
+
+
 def bandwidth_row(samples_s, moved: int, **keys) -> dict:
     """A tidy row for a bandwidth measurement: time stats (s) and GB/s (max from the fastest)."""
     st = timing.summarize(samples_s)
@@ -46,7 +52,7 @@ def bandwidth_row(samples_s, moved: int, **keys) -> dict:
             "time_s_median": st.median, "time_s_min": st.min, "time_s_max": st.max,
             "value_median": moved / st.median / 1e9, "value_min": moved / st.max / 1e9,
             "value_max": moved / st.min / 1e9, "spread": st.spread, "repeats": st.n,
-            "unit": "GB/s"}
+            "unit": "GB/s", "samples_s": samples_json(st.samples)}
 
 
 def latency_row(samples_s, copies: int, **keys) -> dict:
@@ -56,12 +62,13 @@ def latency_row(samples_s, copies: int, **keys) -> dict:
             "time_s_median": st.median, "time_s_min": st.min, "time_s_max": st.max,
             "value_median": st.median / copies * 1e6, "value_min": st.min / copies * 1e6,
             "value_max": st.max / copies * 1e6, "spread": st.spread, "repeats": st.n,
-            "unit": "us"}
+            "unit": "us", "samples_s": samples_json(st.samples)}
 
 
 # Columns of the transfer rows that the shared units table (gpulab.outcomes.UNITS) does not name.
 ROW_UNITS = {"bytes_per_sample": "B", "time_s_median": "s", "time_s_min": "s", "time_s_max": "s",
-             "spread": "(max-min)/median", "copies": "count", "spin_timeouts": "samples"}
+             "spread": "(max-min)/median", "copies": "count", "spin_timeouts": "samples",
+             "samples_s": "s per sample (JSON list)"}
 
 
 def random_bytes(n: int, seed: int) -> np.ndarray:
