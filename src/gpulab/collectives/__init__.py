@@ -116,9 +116,11 @@ def run(ctx) -> "results.Result":  # noqa: F821 - gpulab.results.Result
     node = launch.NodeSpec.from_config(ctx.devices_config.get("nodes"))
     ranks = launch.run_workers(WORKER, payload, n, node=node, env=env,
                                timeout=float(cfg["timeout_s"]))
-    n = int(ranks[0]["world_size"])  # all nodes' ranks in a multi-node job
+    local = len(ranks) // max(1, node.nnodes)
+    n = len(ranks)
     result.attrs.update({"world_size": n, "nnodes": node.nnodes, "node_rank": node.node_rank,
-                         "local_ranks": len(ranks)})
+                         "local_ranks": local})
+    launch.record_placement(result, ranks)
     result.attrs["backend"] = ranks[0]["backend"]
     result.attrs["device_name"] = ranks[0]["device_name"]
     merged = assemble.merge_ranks(ranks)
