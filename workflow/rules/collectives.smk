@@ -28,6 +28,7 @@ rule collectives_variant:
         variant="{variant}",
     resources:
         gpu=gpus_for("collectives"),
+        **slurm_resources("collectives"),
     log:
         f"results/logs/collectives/{HOST}/{{variant}}.log",
     shell:

@@ -81,3 +81,16 @@ def stage_shell(stage, extra=""):
         f"--config-json {{params.cfg:q}} --variant {{params.variant}} --out {{output.h5}} {extra} "
         "2>&1 | tee {log}"
     )
+
+
+def slurm_resources(stage):
+    """Resources that make a multi-process stage set to `devices.nodes.nnodes: N > 1` ONE SLURM job
+    of N nodes (snakemake-executor-plugin-slurm): `--nodes=N --ntasks=N`. `mpi` makes the plugin run
+    the job's command once on the batch host instead of inside `srun -n1`; the command's own `srun`
+    (gpulab.launch) then starts one torchrun agent per node. `tasks_per_gpu: 0` keeps the plugin
+    from turning `tasks` into `--ntasks-per-gpu` on GPU jobs. Empty for one node: rule unchanged.
+    Use as `resources: gpu=gpus_for(stage), **slurm_resources(stage)`."""
+    nnodes = int(config["devices"].get("nodes", {}).get("nnodes", 1))
+    if nnodes <= 1:
+        return {}
+    return {"nodes": nnodes, "tasks": nnodes, "mpi": "srun", "tasks_per_gpu": 0}

@@ -26,6 +26,7 @@ rule train_variant:
     threads: TRAIN_RANKS
     resources:
         gpu=gpus_for("train"),
+        **slurm_resources("train"),
     log:
         f"results/logs/train/{HOST}/{{variant}}.log",
     shell:
