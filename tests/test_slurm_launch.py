@@ -22,7 +22,8 @@ def test_failure_summary_names_the_first_failed_node_not_the_ones_srun_stopped()
         f"{slurm.MARK} host=n1 node_rank=1 exit=1 t=100.250",
         f"{slurm.STOPPED} host=n0 signal=15",
         "srun: error: n1: task 1: Exited with exit code 1",
-        "srun: error: n0: task 0: Killed",
+        "srun: error: n0: task 0: Exited with exit code 1",
+        "srun: error: n2: task 2: Killed",
     ])
     hosts, text = slurm.failure_summary(out)
     assert hosts == ["n1"]

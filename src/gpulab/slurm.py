@@ -33,6 +33,7 @@ STOPPED = "gpulab-node-stopped"
 # srun's own report of a task that failed, e.g. "srun: error: node2: task 1: Exited with exit code 1".
 _SRUN_ERR = re.compile(r"srun: error: ([\w.-]+): tasks? [\d,-]+: (.+)")
 _MARK_RE = re.compile(rf"{MARK} host=(\S+) node_rank=(\d+) exit=(-?\d+) t=([\d.]+)")
+_STOPPED_RE = re.compile(rf"{STOPPED} host=(\S+)")
 # Seconds srun waits after the first task ends before it stops the rest (a healthy node's agent
 # finishes within moments of the others; a stuck one must not hold the allocation).
 END_GRACE_S = 30
@@ -89,9 +90,11 @@ def failure_summary(output: str) -> tuple[list[str], str]:
         if host not in hosts:
             hosts.append(host)
             lines.append(f"node {host} (node rank {rank}): torchrun exited with {code}")
+    stopped = set(_STOPPED_RE.findall(output))
     for host, what in _SRUN_ERR.findall(output):
-        # srun names a node whose agent never got as far as torchrun (bad environment, lost node).
-        if host not in hosts and "Killed" not in what and "Terminated" not in what:
+        # srun names a node whose agent never got as far as torchrun (bad environment, lost node);
+        # the nodes srun itself stopped after that are not failures of their own.
+        if host not in hosts and host not in stopped and not re.search("Killed|Terminated", what):
             hosts.append(host)
             lines.append(f"node {host}: {what.strip()}")
     if not hosts:
