@@ -27,9 +27,8 @@ rule collectives_variant:
         cfg=stage_payload("collectives"),
         variant="{variant}",
     resources:
-        gpu=gpus_for("collectives"),
         **slurm_resources("collectives"),
     log:
         f"results/logs/collectives/{HOST}/{{variant}}.log",
     shell:
-        stage_shell("collectives")
+        stage_shell("collectives", slots=gpus_for("collectives"))

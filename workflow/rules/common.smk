@@ -74,23 +74,30 @@ def stage_code(stage):
     return [str(p) for p in shared + files + [script] if p.exists()]
 
 
-def stage_shell(stage, extra=""):
-    """Shell command of a stage job: hold its GPU ids, run the script, keep a log."""
+def stage_shell(stage, extra="", slots="{resources.gpu}"):
+    """Shell command of a stage job: hold its GPU ids (`slots`: the job's `gpu` resource, or this
+    node's count where a multi-node job's GPUs are a per-node `gres`), run the script, keep a log."""
     return (
-        f"{SLOT} --gpus {{resources.gpu}} -- {PY} {SCRIPTS}/{stage}.py "
+        f"{SLOT} --gpus {slots} -- {PY} {SCRIPTS}/{stage}.py "
         f"--config-json {{params.cfg:q}} --variant {{params.variant}} --out {{output.h5}} {extra} "
         "2>&1 | tee {log}"
     )
 
 
 def slurm_resources(stage):
-    """Resources that make a multi-process stage set to `devices.nodes.nnodes: N > 1` ONE SLURM job
-    of N nodes (snakemake-executor-plugin-slurm): `--nodes=N --ntasks=N`. `mpi` makes the plugin run
-    the job's command once on the batch host instead of inside `srun -n1`; the command's own `srun`
-    (gpulab.launch) then starts one torchrun agent per node. `tasks_per_gpu: 0` keeps the plugin
-    from turning `tasks` into `--ntasks-per-gpu` on GPU jobs. Empty for one node: rule unchanged.
-    Use as `resources: gpu=gpus_for(stage), **slurm_resources(stage)`."""
+    """Resources of a multi-process stage's job (collectives, train): `gpu` as everywhere, and for
+    `devices.nodes.nnodes: N > 1` ONE SLURM job of N nodes (snakemake-executor-plugin-slurm):
+    `--nodes=N --ntasks=N`, GPUs per node as `--gres=gpu:K` (the plugin's `--gpus=K` counts GPUs
+    per job: SLURM spreads them over the nodes, and rejects it beside a per-node count, so `gpu`
+    is 0 there). `mpi` makes the plugin run the command once on the batch host instead of inside
+    `srun -n1`; the command's own `srun` (gpulab.launch) starts one torchrun agent per node.
+    `tasks_per_gpu: 0` keeps the plugin from turning `tasks` into `--ntasks-per-gpu`.
+    Use as `resources: **slurm_resources(stage)` with `shell: stage_shell(stage, slots=gpus_for(stage))`."""
+    gpus = gpus_for(stage)
     nnodes = int(config["devices"].get("nodes", {}).get("nnodes", 1))
     if nnodes <= 1:
-        return {}
-    return {"nodes": nnodes, "tasks": nnodes, "mpi": "srun", "tasks_per_gpu": 0}
+        return {"gpu": gpus}
+    res = {"gpu": 0, "nodes": nnodes, "tasks": nnodes, "mpi": "srun", "tasks_per_gpu": 0}
+    if gpus:
+        res["gres"] = f"gpu:{gpus}"
+    return res

@@ -25,9 +25,8 @@ rule train_variant:
         variant="{variant}",
     threads: TRAIN_RANKS
     resources:
-        gpu=gpus_for("train"),
         **slurm_resources("train"),
     log:
         f"results/logs/train/{HOST}/{{variant}}.log",
     shell:
-        stage_shell("train", extra="--data {input.digits}")
+        stage_shell("train", extra="--data {input.digits}", slots=gpus_for("train"))
