@@ -12,8 +12,8 @@ rule gemm:
         cfg=stage_payload("gemm"),
         variant="main",
     resources:
-        gpu=gpus_for("gemm"),
+        **slurm_resources("gemm"),
     log:
         f"results/logs/gemm/{HOST}/main.log",
     shell:
-        stage_shell("gemm")
+        stage_shell("gemm", slots=gpus_for("gemm"))

@@ -57,7 +57,8 @@ def _free(device: torch.device) -> None:
 
 
 def run_multi(cfg: dict, precs, kind: str, world: int, threads: int | None, transport: str,
-              ranks: list[int], env: dict | None = None) -> list[dict]:
+              ranks: list[int], env: dict | None = None, node: launch.NodeSpec = launch.NodeSpec(),
+              result=None) -> list[dict]:
     payload = {
         "backend": "nccl" if kind == "cuda" else "gloo", "transport": transport,
         "sizes": cfg["sizes"], "dtypes": [p.name for p in precs], "algorithms": cfg["algorithms"],
@@ -68,7 +69,9 @@ def run_multi(cfg: dict, precs, kind: str, world: int, threads: int | None, tran
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
     log.info("gemm: %s on %d rank(s), P in %s", transport, world, ranks)
-    out = launch.run_workers(WORKER, payload, nproc=world, env=env)
+    out = launch.run_workers(WORKER, payload, nproc=world // node.nnodes, env=env, node=node)
+    if result is not None:
+        launch.record_placement(result, out)
     return out[0]["rows"]
 
 
@@ -95,16 +98,21 @@ def run(ctx: StageContext):
     _free(dev0)  # the workers need the GPU memory the baseline held
 
     ranks = sorted({int(p) for p in cfg["ranks"]})
-    world = min(n_dev, max(ranks))
+    node = launch.NodeSpec.from_config(ctx.devices_config.get("nodes"))
+    n_all = n_dev * node.nnodes
+    # Several nodes: one rank per device on every node, so the launch spans them all.
+    world = n_all if node.nnodes > 1 else min(n_dev, max(ranks))
     runnable = [p for p in ranks if p <= world]
     transport = "nccl" if kind == "cuda" else "gloo"
-    multi_rows = run_multi(cfg, precs, kind, world, threads, transport, runnable) if runnable else []
+    multi_rows = run_multi(cfg, precs, kind, world, threads, transport, runnable, node=node,
+                           result=result) if runnable else []
     for p in ranks:
-        if p > n_dev:
+        if p > n_all:
             coverage.append({"item": f"P={p}", "status": "not applicable",
-                             "reason": f"{n_dev} {kind} device(s) available"})
+                             "reason": f"{n_all} {kind} device(s) available"})
     if kind == "cuda" and world > 1 and cfg["p2p_off"]:
-        multi_rows += run_multi(cfg, precs, kind, world, None, "nccl_p2p_off", [world], P2P_OFF_ENV)
+        multi_rows += run_multi(cfg, precs, kind, world, None, "nccl_p2p_off", [world], P2P_OFF_ENV,
+                                node=node)
         coverage.append({"item": "NCCL P2P disabled", "status": "measured",
                          "reason": f"P={world}, NCCL_P2P_DISABLE=1"})
     else:
@@ -115,7 +123,7 @@ def run(ctx: StageContext):
     single_df, multi_df = pd.DataFrame(single_rows), pd.DataFrame(multi_rows)
     result.add_table("single", single_df, ROW_UNITS)
     result.add_table("multi", multi_df, MULTI_UNITS)
-    result.add_table("scaling", scaling.table(single_df, multi_df, ranks, n_dev), scaling.UNITS)
+    result.add_table("scaling", scaling.table(single_df, multi_df, ranks, n_all), scaling.UNITS)
     result.add_table("bars", pd.DataFrame(bars), BAR_UNITS)
     result.add_table("coverage", pd.DataFrame(coverage))
     checks = [bool(v) for df in (single_df, multi_df) if "passed" in df for v in df["passed"]]
