@@ -25,6 +25,25 @@ def available() -> str | None:
     return None
 
 
+# What both test clusters share: root daemons, munge, no cgroups, no accounting database.
+BASE_CONF = """SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+MpiDefault=none
+ReturnToService=2
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+JobAcctGatherType=jobacct_gather/none
+SlurmctldTimeout=30
+SlurmdTimeout=30
+"""
+
+
 def _sbin(name: str) -> str:
     return shutil.which(name) or f"/usr/sbin/{name}"
 
@@ -50,30 +69,15 @@ class Cluster:
         self.conf.parent.mkdir(parents=True, exist_ok=True)
         self.conf.write_text(f"""{self.MARK}
 ClusterName=gpulabci
-SlurmctldHost={self.host}
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
+{BASE_CONF}SlurmctldHost={self.host}
 StateSaveLocation={r}/state
 SlurmdSpoolDir={r}/spool
 SlurmctldPidFile={r}/slurmctld.pid
 SlurmdPidFile={r}/slurmd.pid
 SlurmctldLogFile={r}/log/slurmctld.log
 SlurmdLogFile={r}/log/slurmd.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-MpiDefault=none
-ReturnToService=2
-SchedulerType=sched/backfill
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=1000
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-JobAcctGatherType=jobacct_gather/none
 GresTypes=gpu
-SlurmctldTimeout=30
-SlurmdTimeout=30
 NodeName={self.host} CPUs={cpus} RealMemory={mem_mb} Gres=gpu:{self.gpus} State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """)
@@ -223,30 +227,15 @@ class TwoNodeCluster:
                           for h, a in zip(self.hosts, self.addrs))
         conf = f"""{Cluster.MARK}
 ClusterName=gpulabci2
-SlurmctldHost={self.hosts[0]}({self.addrs[0]})
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
+{BASE_CONF}SlurmctldHost={self.hosts[0]}({self.addrs[0]})
 StateSaveLocation={r}/state
 SlurmdSpoolDir={r}/spool/%n
 SlurmctldPidFile={r}/slurmctld.pid
 SlurmdPidFile={r}/slurmd-%n.pid
 SlurmctldLogFile={r}/log/slurmctld.log
 SlurmdLogFile={r}/log/slurmd-%n.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-MpiDefault=none
-ReturnToService=2
-SchedulerType=sched/backfill
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core_Memory
 SlurmdParameters=config_overrides
 DefMemPerCPU=500
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-JobAcctGatherType=jobacct_gather/none
-SlurmctldTimeout=30
-SlurmdTimeout=30
 KillWait=5
 {nodes}
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
