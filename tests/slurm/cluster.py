@@ -174,6 +174,7 @@ class TwoNodeCluster:
         self.addrs = [f"{self.SUBNET}.{i + 1}" for i in range(nodes)]
         self.veth = (f"gpl{tag}a", f"gpl{tag}b")
         self.made_etc_slurm = False
+        self.made_etc_netns = not Path("/etc/netns").exists()
         self.conf = Path("/etc/slurm/slurm.conf")  # as seen inside the namespaces
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
 
@@ -293,8 +294,9 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
             shutil.rmtree(Path("/etc/netns") / ns, ignore_errors=True)
         subprocess.run(["ip", "link", "del", self.veth[0]], capture_output=True, timeout=30)
-        if self.made_etc_slurm:
-            try:
-                Path("/etc/slurm").rmdir()
-            except OSError:
-                pass
+        for made, d in ((self.made_etc_slurm, "/etc/slurm"), (self.made_etc_netns, "/etc/netns")):
+            if made:
+                try:
+                    Path(d).rmdir()
+                except OSError:  # not empty: someone else's files are in it now
+                    pass
