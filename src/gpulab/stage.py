@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable
 
 from gpulab import devices as devmod
 from gpulab import results
+from gpulab.launch import NotResultNode
 
 log = logging.getLogger("gpulab")
 
@@ -118,8 +119,6 @@ def stage_main(stage: str, run: Callable[[StageContext], results.Result], doc: s
     ctx = context_from_args(stage, args)
     log.info("%s/%s: starting (devices visible: %s)", stage, ctx.variant,
              os.environ.get("CUDA_VISIBLE_DEVICES", "<all>"))
-    from gpulab.launch import NotResultNode
-
     try:
         result = run(ctx)
     except NotResultNode as exc:
