@@ -3,10 +3,14 @@ import pytest
 from gpulab import launch
 
 
-def test_two_gloo_ranks_all_reduce_exactly():
+def test_two_gloo_ranks_all_reduce_exactly_and_say_where_they_ran():
     res = launch.run_workers("gpulab.launch_check", {"numel": 1000}, nproc=2)
     assert [r["rank"] for r in res] == [0, 1]
     assert all(r["ok"] and r["backend"] == "gloo" and r["world_size"] == 2 for r in res)
+    assert isinstance(res, launch.RankResults)
+    assert [p["rank"] for p in res.placement] == [0, 1]
+    assert [p["device_id"] for p in res.placement] == ["cpu:0", "cpu:1"]
+    assert len({p["host"] for p in res.placement}) == 1
 
 
 def test_failing_worker_raises_with_its_output():
@@ -19,14 +23,6 @@ def test_torchrun_cmd_static_rendezvous_for_multinode():
     assert "--standalone" not in cmd
     assert "--node-rank=1" in cmd and "--master-addr=10.0.0.1" in cmd and cmd[-3:] == ["-m", "m", "--x"]
     assert "--standalone" in launch.torchrun_cmd("m", [], 2)
-
-
-def test_every_rank_comes_back_with_where_it_ran():
-    res = launch.run_workers("gpulab.launch_check", {"numel": 10}, nproc=2)
-    assert isinstance(res, launch.RankResults)
-    assert [p["rank"] for p in res.placement] == [0, 1]
-    assert [p["device_id"] for p in res.placement] == ["cpu:0", "cpu:1"]
-    assert len({p["host"] for p in res.placement}) == 1
 
 
 def test_multinode_rendezvous_has_a_join_timeout(monkeypatch):
