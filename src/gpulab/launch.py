@@ -77,7 +77,13 @@ class NodeSpec:
                    str(cfg.get("master_addr", "127.0.0.1")), cfg.get("master_port"))
 
 
-def torchrun_cmd(module: str, args: list[str], nproc: int, node: NodeSpec = NodeSpec()) -> list[str]:
+def join_timeout() -> int:
+    """Seconds a multi-node rendezvous waits for every node ($GPULAB_JOIN_TIMEOUT_S, default 300)."""
+    return int(os.environ.get("GPULAB_JOIN_TIMEOUT_S", 300))
+
+
+def torchrun_cmd(module: str, args: list[str], nproc: int, node: NodeSpec = NodeSpec(),
+                 join_timeout: int | None = None) -> list[str]:
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}"]
     if node.nnodes == 1 and node.master_port is None:
         cmd += ["--standalone"]
@@ -85,33 +91,108 @@ def torchrun_cmd(module: str, args: list[str], nproc: int, node: NodeSpec = Node
         # Static rendezvous: ranks follow --node-rank (c10d rendezvous assigns them by arrival).
         cmd += [f"--nnodes={node.nnodes}", f"--node-rank={node.node_rank}",
                 f"--master-addr={node.master_addr}", f"--master-port={node.master_port or 29500}"]
+        if join_timeout is not None:
+            # A node that never arrives fails the others' rendezvous after this, not torch's 600 s.
+            cmd += [f"--rdzv-conf=timeout={int(join_timeout)}"]
     return cmd + ["-m", module, *args]
+
+
+class NotResultNode(LaunchError):
+    """This node took part in a multi-node run but does not hold the results: node 0 writes them."""
+
+
+class RankResults(list):
+    """Every rank's return value in global rank order, plus where each rank ran (``placement``)."""
+
+    def __init__(self, outs: list[dict], placement: list[dict]):
+        super().__init__(outs)
+        self.placement = placement
+
+
+def launch_cmd(module: str, args: list[str], nproc: int, node: NodeSpec) -> list[str]:
+    """torchrun on this host, or, for several nodes inside a SLURM allocation, srun starting one
+    torchrun agent per node (node rank and rendezvous come from SLURM, not from ``node``)."""
+    from gpulab import slurm
+
+    if node.nnodes > 1 and slurm.in_allocation():
+        return slurm.srun_cmd(node.nnodes, nproc, node.master_port or free_port(), join_timeout(),
+                              module, args)
+    return torchrun_cmd(module, args, nproc, node, join_timeout=join_timeout())
+
+
+def launch_dir(node: NodeSpec) -> str | None:
+    """Where the payload and results go: a node-local temp dir, except under srun, whose agents on
+    the other nodes must read the payload (the working directory is shared in a SLURM job)."""
+    from gpulab import slurm
+
+    if node.nnodes > 1 and slurm.in_allocation():
+        d = Path(os.environ.get("GPULAB_SHARED_TMP") or Path.cwd() / ".gpulab-launch")
+        d.mkdir(parents=True, exist_ok=True)
+        return str(d)
+    return None
+
+
+def failure_message(module: str, nproc: int, node: NodeSpec, rc: int, stdout: str,
+                    stderr: str) -> str:
+    from gpulab import slurm
+
+    head = f"{module} failed on {nproc} rank(s) (exit {rc})"
+    if node.nnodes > 1:
+        _, names = slurm.failure_summary(stdout + "\n" + stderr)
+        head = f"{module} failed on {node.nnodes} nodes x {nproc} rank(s) (exit {rc}): {names}"
+    return f"{head}\n{stdout[-3000:]}\n{stderr[-6000:]}"
+
+
+def collect(out_dir: Path, module: str, node: NodeSpec) -> RankResults:
+    """The gathered results global rank 0 wrote (see :func:`gather_to_rank0`)."""
+    f = out_dir / "ranks.json"
+    if not f.exists():
+        if node.node_rank != 0:
+            raise NotResultNode(f"{module}: node rank {node.node_rank} finished; node 0 holds "
+                                "every rank's results")
+        raise LaunchError(f"{module}: rank 0 wrote no results ({f} missing)")
+    gathered = json.loads(f.read_text())
+    return RankResults([g["out"] for g in gathered], [g["placement"] for g in gathered])
+
+
+def record_placement(result, ranks: RankResults) -> None:
+    """Provenance of a (multi-node) run in ``result``: every node's host and device ids, and a
+    ``placement`` table with one row per global rank."""
+    import pandas as pd
+
+    nodes: dict[str, list[str]] = {}
+    for p in ranks.placement:
+        nodes.setdefault(p["host"], []).append(p["device_id"])
+    result.attrs["hosts"] = json.dumps(list(nodes))
+    result.attrs["node_device_ids"] = json.dumps(nodes)
+    result.add_table("placement", pd.DataFrame(ranks.placement))
 
 
 def run_workers(module: str, payload: Mapping[str, Any], nproc: int, *, node: NodeSpec = NodeSpec(),
                 env: Mapping[str, str] | None = None, timeout: float = 1800,
                 multicast: bool = False) -> list[dict]:
-    """Run ``module`` on ``nproc`` ranks and return each local rank's result (rank order).
+    """Run ``module`` on ``nproc`` ranks per node and return every rank's result (global rank
+    order, all nodes) as :class:`RankResults`. On a node other than 0 of a multi-node run started
+    by hand, raises :class:`NotResultNode`: node 0 holds the results.
 
     ``multicast``: leave NVLink multicast to NCCL's default (see :func:`multicast_allowed`).
     """
     if nproc < 1:
         raise LaunchError(f"nproc must be >= 1, got {nproc}")
-    with tempfile.TemporaryDirectory(prefix="gpulab-launch-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="gpulab-launch-", dir=launch_dir(node)) as tmp:
         pfile = Path(tmp) / "payload.json"
         pfile.write_text(json.dumps(payload, default=str))
-        cmd = torchrun_cmd(module, ["--payload", str(pfile), "--out-dir", tmp], nproc, node)
+        cmd = launch_cmd(module, ["--payload", str(pfile), "--out-dir", tmp], nproc, node)
         child_env = {**os.environ, **({} if multicast else SAFE_ENV), **(env or {})}
         child_env.setdefault("OMP_NUM_THREADS", "1")
         log.info("launch: %s", " ".join(cmd))
         p = subprocess.run(cmd, env=child_env, capture_output=True, text=True, timeout=timeout)
         if p.returncode != 0:
-            raise LaunchError(f"{module} failed on {nproc} rank(s) (exit {p.returncode}):\n"
-                              f"{p.stdout[-3000:]}\n{p.stderr[-6000:]}")
-        outs = sorted(Path(tmp).glob("rank*.json"), key=lambda f: int(f.stem[4:]))
-        results = [json.loads(f.read_text()) for f in outs]
-        if len(results) != nproc:
-            raise LaunchError(f"{module}: expected {nproc} rank results, got {len(results)}")
+            raise LaunchError(failure_message(module, nproc, node, p.returncode, p.stdout, p.stderr))
+        results = collect(Path(tmp), module, node)
+        if len(results) != nproc * node.nnodes:
+            raise LaunchError(f"{module}: expected {nproc * node.nnodes} rank results, "
+                              f"got {len(results)}")
         return results
 
 
@@ -167,6 +248,30 @@ def shutdown() -> None:
         dist.destroy_process_group()
 
 
+def placement(ctx: WorkerContext) -> dict:
+    ids = [i for i in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if i.strip()]
+    if ctx.is_cuda:
+        device_id = ids[ctx.local_rank] if ctx.local_rank < len(ids) else str(ctx.local_rank)
+    else:
+        device_id = f"cpu:{ctx.local_rank}"
+    return {"rank": ctx.rank, "host": socket.gethostname().split(".")[0],
+            "node_rank": int(os.environ.get("GROUP_RANK", 0)), "local_rank": ctx.local_rank,
+            "device": str(ctx.device), "device_id": device_id}
+
+
+def gather_to_rank0(ctx: WorkerContext, out: dict) -> list[dict] | None:
+    """Every rank's ``out`` and placement on global rank 0 (None elsewhere): one node writes one
+    result, whichever node each rank ran on."""
+    import torch.distributed as dist
+
+    mine = {"out": out, "placement": placement(ctx)}
+    if not dist.is_initialized() or ctx.world_size == 1:
+        return [mine]
+    objs: list | None = [None] * ctx.world_size if ctx.rank == 0 else None
+    dist.gather_object(mine, objs, dst=0)
+    return objs
+
+
 def worker_main(fn: Callable[[WorkerContext, dict], dict], backend: str = "auto") -> None:
     import argparse
 
@@ -177,9 +282,10 @@ def worker_main(fn: Callable[[WorkerContext, dict], dict], backend: str = "auto"
     payload = json.loads(args.payload.read_text())
     ctx = init_distributed(payload.get("backend", backend))
     try:
-        out = fn(ctx, payload)
+        gathered = gather_to_rank0(ctx, fn(ctx, payload))
     finally:
         shutdown()
-    tmp = args.out_dir / f".rank{ctx.rank}.json.tmp"
-    tmp.write_text(json.dumps(out, default=float))
-    os.replace(tmp, args.out_dir / f"rank{ctx.rank}.json")
+    if ctx.rank == 0:
+        tmp = args.out_dir / ".ranks.json.tmp"
+        tmp.write_text(json.dumps(gathered, default=float))
+        os.replace(tmp, args.out_dir / "ranks.json")

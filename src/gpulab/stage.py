@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterable
 
 from gpulab import devices as devmod
 from gpulab import results
+from gpulab.launch import NotResultNode
 
 log = logging.getLogger("gpulab")
 
@@ -130,7 +131,12 @@ def stage_main(stage: str, run: Callable[[StageContext], results.Result], doc: s
     ctx = context_from_args(stage, args)
     log.info("%s/%s: starting (devices visible: %s)", stage, ctx.variant,
              os.environ.get("CUDA_VISIBLE_DEVICES", "<all>"))
-    result = run(ctx)
+    try:
+        result = run(ctx)
+    except NotResultNode as exc:
+        # A node of a multi-node run started by hand: node 0 writes the one result for all ranks.
+        log.info("%s/%s: %s; this node writes no result", stage, ctx.variant, exc)
+        return 0
     path = results.write(result, args.out)
     log.info("%s/%s: wrote %s", stage, ctx.variant, path)
     return 0

@@ -25,6 +25,25 @@ def available() -> str | None:
     return None
 
 
+# What both test clusters share: root daemons, munge, no cgroups, no accounting database.
+BASE_CONF = """SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+MpiDefault=none
+ReturnToService=2
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+JobAcctGatherType=jobacct_gather/none
+SlurmctldTimeout=30
+SlurmdTimeout=30
+"""
+
+
 def _sbin(name: str) -> str:
     return shutil.which(name) or f"/usr/sbin/{name}"
 
@@ -50,30 +69,15 @@ class Cluster:
         self.conf.parent.mkdir(parents=True, exist_ok=True)
         self.conf.write_text(f"""{self.MARK}
 ClusterName=gpulabci
-SlurmctldHost={self.host}
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
+{BASE_CONF}SlurmctldHost={self.host}
 StateSaveLocation={r}/state
 SlurmdSpoolDir={r}/spool
 SlurmctldPidFile={r}/slurmctld.pid
 SlurmdPidFile={r}/slurmd.pid
 SlurmctldLogFile={r}/log/slurmctld.log
 SlurmdLogFile={r}/log/slurmd.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-MpiDefault=none
-ReturnToService=2
-SchedulerType=sched/backfill
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=1000
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-JobAcctGatherType=jobacct_gather/none
 GresTypes=gpu
-SlurmctldTimeout=30
-SlurmdTimeout=30
 NodeName={self.host} CPUs={cpus} RealMemory={mem_mb} Gres=gpu:{self.gpus} State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """)
@@ -85,8 +89,9 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
             lines.append(f"Name=gpu File={dev}")
         (self.conf.parent / "gres.conf").write_text("\n".join(lines) + "\n")
 
-    def start(self, timeout: float = 60) -> None:
-        self.write_config()
+    @staticmethod
+    def _munge() -> None:
+        """One munged for every node: its socket in /run/munge is reachable from any namespace."""
         key = Path("/etc/munge/munge.key")
         if not key.exists():
             subprocess.run(["/usr/sbin/mungekey", "--create"], check=False)
@@ -95,6 +100,10 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
                         "/var/log/munge"], check=False)
         if subprocess.run(["pgrep", "-x", "munged"], capture_output=True).returncode != 0:
             subprocess.run(["runuser", "-u", "munge", "--", _sbin("munged")], check=True)
+
+    def start(self, timeout: float = 60) -> None:
+        self.write_config()
+        self._munge()
         subprocess.run([_sbin("slurmctld"), "-f", str(self.conf)], env=self.env, check=True)
         subprocess.run([_sbin("slurmd"), "-f", str(self.conf)], env=self.env, check=True)
         deadline = time.time() + timeout
@@ -119,4 +128,175 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
                 try:
                     os.kill(int(p.read_text().strip()), 15)
                 except (ProcessLookupError, ValueError):
+                    pass
+
+
+def namespaces_allowed() -> str | None:
+    """None if network + UTS namespaces can be made here, else why not (the two-node cluster's
+    nodes each live in one)."""
+    reason = available()
+    if reason:
+        return reason
+    if not all(shutil.which(b) for b in ("ip", "unshare", "nsenter")):
+        return "iproute2/util-linux missing (ip, unshare, nsenter): apt-get install iproute2"
+    name = f"gplprobe{os.getpid()}"
+    p = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True, timeout=30)
+    if p.returncode != 0:
+        return f"network namespaces not allowed here ({p.stderr.strip()})"
+    try:
+        q = subprocess.run(["nsenter", f"--net=/run/netns/{name}", "unshare", "--uts", "--mount",
+                            "hostname", "probe"], capture_output=True, text=True, timeout=30)
+        if q.returncode != 0:
+            return f"UTS/mount namespaces not allowed here ({q.stderr.strip()})"
+    finally:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
+    return None
+
+
+class TwoNodeCluster:
+    """Two SLURM nodes on one machine, each a slurmd in its own network + UTS namespace (its own
+    host name and address; a veth pair joins them), slurmctld in node 0's namespace, one munged.
+
+    Every process of a node (daemons, their job steps, the Snakemake client run through
+    :meth:`cmd`) sees /etc/netns/<ns>/{hosts,slurm} bind-mounted over /etc/hosts and /etc/slurm in
+    a mount namespace of its own: this cluster's names and config, the machine's left untouched. Addresses exist only inside the two
+    namespaces. :meth:`stop` removes every daemon, namespace and file it made, also after a failed
+    start; use it as a context manager.
+    """
+
+    SUBNET = "10.231.77"
+
+    def __init__(self, root: Path, nodes: int = 2):
+        self.root = root
+        tag = os.getpid() % 100000
+        self.ns = [f"gpl{tag}n{i}" for i in range(nodes)]
+        self.hosts = [f"gpulab-n{i}" for i in range(nodes)]
+        self.addrs = [f"{self.SUBNET}.{i + 1}" for i in range(nodes)]
+        self.veth = (f"gpl{tag}a", f"gpl{tag}b")
+        self.made_etc_slurm = False
+        self.made_etc_netns = not Path("/etc/netns").exists()
+        self.conf = Path("/etc/slurm/slurm.conf")  # as seen inside the namespaces
+        self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    def __enter__(self) -> "TwoNodeCluster":
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def cmd(self, node: int, argv: list[str]) -> list[str]:
+        """``argv`` run as a process of node ``node``: its network, host name, /etc/hosts and
+        /etc/slurm. (Not ``ip netns exec``: it remounts /sys, hiding the cgroups slurmd needs.)"""
+        ns, etc = self.ns[node], Path("/etc/netns") / self.ns[node]
+        setup = (f"mount --bind {etc}/hosts /etc/hosts && mount --bind {etc}/slurm /etc/slurm && "
+                 f'hostname {self.hosts[node]} && exec "$@"')
+        return ["nsenter", f"--net=/run/netns/{ns}", "unshare", "--mount", "--uts",
+                "--propagation", "private", "sh", "-c", setup, "sh", *argv]
+
+    def _run(self, argv: list[str], timeout: float = 30) -> None:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        if p.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv)} failed: {p.stderr.strip()}")
+
+    def _network(self) -> None:
+        a, b = self.veth
+        for ns in self.ns:
+            self._run(["ip", "netns", "add", ns])
+        self._run(["ip", "link", "add", a, "type", "veth", "peer", "name", b])
+        for i, (dev, ns) in enumerate(zip(self.veth, self.ns)):
+            self._run(["ip", "link", "set", dev, "netns", ns])
+            self._run(["ip", "-n", ns, "addr", "add", f"{self.addrs[i]}/24", "dev", dev])
+            self._run(["ip", "-n", ns, "link", "set", dev, "up"])
+            self._run(["ip", "-n", ns, "link", "set", "lo", "up"])
+
+    def _files(self) -> None:
+        r = self.root
+        for d in ("state", "log", *(f"spool/{h}" for h in self.hosts)):
+            (r / d).mkdir(parents=True, exist_ok=True)
+        if not Path("/etc/slurm").exists():  # the bind mount needs something to cover
+            Path("/etc/slurm").mkdir(parents=True)
+            self.made_etc_slurm = True
+        cpus = os.cpu_count() or 2
+        mem_mb = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20 * 0.4)
+        nodes = "\n".join(f"NodeName={h} NodeHostname={h} NodeAddr={a} CPUs={cpus} "
+                          f"RealMemory={mem_mb} State=UNKNOWN"
+                          for h, a in zip(self.hosts, self.addrs))
+        conf = f"""{Cluster.MARK}
+ClusterName=gpulabci2
+{BASE_CONF}SlurmctldHost={self.hosts[0]}({self.addrs[0]})
+StateSaveLocation={r}/state
+SlurmdSpoolDir={r}/spool/%n
+SlurmctldPidFile={r}/slurmctld.pid
+SlurmdPidFile={r}/slurmd-%n.pid
+SlurmctldLogFile={r}/log/slurmctld.log
+SlurmdLogFile={r}/log/slurmd-%n.log
+SlurmdParameters=config_overrides
+DefMemPerCPU=500
+KillWait=5
+{nodes}
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+"""
+        hosts = "127.0.0.1 localhost\n" + "".join(f"{a} {h}\n" for h, a in zip(self.hosts, self.addrs))
+        for ns in self.ns:
+            etc = Path("/etc/netns") / ns
+            (etc / "slurm").mkdir(parents=True, exist_ok=True)
+            (etc / "slurm" / "slurm.conf").write_text(conf)
+            (etc / "hosts").write_text(hosts)
+
+    def start(self, timeout: float = 60) -> None:
+        self._files()
+        self._network()
+        Cluster._munge()
+        self._run(self.cmd(0, [_sbin("slurmctld")]))
+        for i, h in enumerate(self.hosts):
+            self._run(self.cmd(i, [_sbin("slurmd"), "-N", h]))
+        deadline = time.time() + timeout
+        states = ""
+        while time.time() < deadline:
+            p = subprocess.run(self.cmd(0, ["sinfo", "-h", "-N", "-o", "%N %T"]), env=self.env,
+                               capture_output=True, text=True, timeout=30)
+            states = p.stdout + p.stderr
+            if sorted(states.split()) == sorted(self.hosts + ["idle"] * len(self.hosts)):
+                return
+            time.sleep(0.5)
+        raise RuntimeError(f"two-node SLURM cluster never became idle: {states}\n{self.logs()}")
+
+    def logs(self) -> str:
+        return Cluster.logs(self)  # type: ignore[arg-type]  # same layout under root/log
+
+    def stop(self) -> None:
+        if any(Path(f"/run/netns/{ns}").exists() for ns in self.ns[:1]):
+            subprocess.run(self.cmd(0, ["scontrol", "shutdown"]), env=self.env,
+                           capture_output=True, timeout=30)
+        # Everything still running in our namespaces is ours: daemons, job steps, their children.
+        for sig, wait in ((15, 5.0), (9, 2.0)):
+            pids = []
+            for ns in self.ns:
+                if Path(f"/run/netns/{ns}").exists():
+                    p = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True,
+                                       timeout=30)
+                    pids += [int(x) for x in p.stdout.split()]
+            for pid in pids:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            deadline = time.time() + wait
+            while pids and time.time() < deadline:
+                pids = [p for p in pids if Path(f"/proc/{p}").exists()]
+                time.sleep(0.1)
+        for ns in self.ns:  # deleting a namespace deletes the veth end inside it
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+            shutil.rmtree(Path("/etc/netns") / ns, ignore_errors=True)
+        subprocess.run(["ip", "link", "del", self.veth[0]], capture_output=True, timeout=30)
+        for made, d in ((self.made_etc_slurm, "/etc/slurm"), (self.made_etc_netns, "/etc/netns")):
+            if made:
+                try:
+                    Path(d).rmdir()
+                except OSError:  # not empty: someone else's files are in it now
                     pass

@@ -124,12 +124,14 @@ def stage_entry(stage):
     return f"-m gpulab.stage {stage}"
 
 
-def stage_shell(extra=""):
+def stage_shell(extra="", slots="{resources.gpu}"):
     """Shell command of a stage job: hold its GPU ids, run the stage, keep a log. Everything
     stage-specific comes from the job's params: a shell directive is evaluated again when its job
-    runs, after a loop defining rules (stages.smk) has moved on."""
+    runs, after a loop defining rules (stages.smk) has moved on. `slots`: the GPU ids held, the
+    job's `gpu` resource, or this node's count where a multi-node job's GPUs are a per-node `gres`
+    (see slurm_resources)."""
     return (
-        f"{SLOT} --gpus {{resources.gpu}} -- {PY} {{params.entry}} "
+        f"{SLOT} --gpus {slots} -- {PY} {{params.entry}} "
         f"--payload {{params.payload:q}} --variant {{params.variant}} --out {{output.h5}} {extra} "
         "2>&1 | tee {log}"
     )
@@ -165,3 +167,22 @@ def stage_result(spec):
     if Path(workflow.basedir, "workflow", "report", f"{spec.name}.rst").exists():
         return report(path, caption=f"../report/{spec.name}.rst", category=spec.title)
     return path
+
+
+def slurm_resources(stage):
+    """Resources of a multi-process stage's job (collectives, train): `gpu` as everywhere, and for
+    `devices.nodes.nnodes: N > 1` ONE SLURM job of N nodes (snakemake-executor-plugin-slurm):
+    `--nodes=N --ntasks=N`, GPUs per node as `--gres=gpu:K` (the plugin's `--gpus=K` counts GPUs
+    per job: SLURM spreads them over the nodes, and rejects it beside a per-node count, so `gpu`
+    is 0 there). `mpi` makes the plugin run the command once on the batch host instead of inside
+    `srun -n1`; the command's own `srun` (gpulab.launch) starts one torchrun agent per node.
+    `tasks_per_gpu: 0` keeps the plugin from turning `tasks` into `--ntasks-per-gpu`.
+    stages.smk gives multi-process stages these resources and `params.slots = gpus_for(stage)`."""
+    gpus = gpus_for(stage)
+    nnodes = int(config["devices"].get("nodes", {}).get("nnodes", 1))
+    if nnodes <= 1:
+        return {"gpu": gpus}
+    res = {"gpu": 0, "nodes": nnodes, "tasks": nnodes, "mpi": "srun", "tasks_per_gpu": 0}
+    if gpus:
+        res["gres"] = f"gpu:{gpus}"
+    return res

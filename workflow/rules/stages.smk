@@ -23,14 +23,15 @@ for _spec in gpulab_stages.STAGES.values():
             variant="{variant}" if _spec.has_variants else "main",
             entry=stage_entry(_spec.name),
             args=stage_args(_spec),
+            slots=gpus_for(_spec.name),
         threads: stage_threads(_spec)
         resources:
-            gpu=gpus_for(_spec.name),
+            **(slurm_resources(_spec.name) if _spec.multiprocess else {"gpu": gpus_for(_spec.name)}),
             host_quiet=host_quiet(_spec.name),
         log:
             stage_log(_spec),
         shell:
-            stage_shell(extra="{params.args}")
+            stage_shell(extra="{params.args}", slots="{params.slots}")
 
     if _spec.has_variants:
 

@@ -126,15 +126,19 @@ def run(ctx) -> "results.Result":  # noqa: F821 - gpulab.results.Result
     try:
         ranks = launch.run_workers(WORKER, payload, n, node=node, env=env,
                                    timeout=float(cfg["timeout_s"]), multicast=multicast)
+    except launch.NotResultNode:
+        raise  # a node other than 0 of a run started by hand: node 0 writes the result
     except launch.LaunchError as exc:
         log.error("collectives/%s: the launch failed: %s", variant.name, exc)
         result.add_table("checks", outcomes.checks_frame(
             [Check.crashed(f"{payload['backend']} launch, variant {variant.name}", exc)]))
         result.add_table("not_applicable", outcomes.not_applicable_frame(skipped))
         return result
-    n = int(ranks[0]["world_size"])  # all nodes' ranks in a multi-node job
+    local = len(ranks) // max(1, node.nnodes)
+    n = len(ranks)  # every node's ranks, gathered on global rank 0
     result.attrs.update({"world_size": n, "nnodes": node.nnodes, "node_rank": node.node_rank,
-                         "local_ranks": len(ranks)})
+                         "local_ranks": local})
+    launch.record_placement(result, ranks)
     result.attrs["backend"] = ranks[0]["backend"]
     result.attrs["device_name"] = ranks[0]["device_name"]
     merged = assemble.merge_ranks(ranks)

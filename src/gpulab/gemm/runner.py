@@ -58,8 +58,9 @@ def _free(device: torch.device) -> None:
 
 def run_multi(cfg: dict, precs, kind: str, nproc: int, threads: int | None, transport: str,
               ranks: list[int], env: dict | None = None,
-              node: launch.NodeSpec = launch.NodeSpec(), multicast: bool = False) -> list[dict]:
-    """Rows of one launch: ``nproc`` ranks on this node (``node.nnodes`` nodes in all)."""
+              node: launch.NodeSpec = launch.NodeSpec(), multicast: bool = False,
+              result=None) -> list[dict]:
+    """Rows of one launch: ``nproc`` ranks on each of ``node.nnodes`` nodes."""
     payload = {
         "backend": "nccl" if kind == "cuda" else "gloo", "transport": transport,
         "sizes": cfg["sizes"], "dtypes": [p.name for p in precs], "algorithms": cfg["algorithms"],
@@ -71,7 +72,9 @@ def run_multi(cfg: dict, precs, kind: str, nproc: int, threads: int | None, tran
         env["OMP_NUM_THREADS"] = str(threads)
     log.info("gemm: %s on %d rank(s) x %d node(s), P in %s", transport, nproc, node.nnodes, ranks)
     out = launch.run_workers(WORKER, payload, nproc=nproc, env=env, node=node, multicast=multicast)
-    # Global rank 0 holds every row; on the other nodes no local rank does.
+    if result is not None:
+        launch.record_placement(result, out)
+    # Global rank 0 holds every row; the other ranks return none.
     return [row for rank in out for row in rank["rows"]]
 
 
@@ -116,7 +119,9 @@ def run(ctx: StageContext):
     if runnable:
         try:
             multi_rows = run_multi(cfg, precs, kind, nproc, threads, transport, runnable, node=node,
-                                   multicast=multicast)
+                                   multicast=multicast, result=result)
+        except launch.NotResultNode:
+            raise  # a node other than 0 of a run started by hand: node 0 writes the result
         except launch.LaunchError as exc:
             log.error("gemm: the multi-device launch failed: %s", exc)
             checks.append(Check.crashed(f"{transport} launch, P in {runnable}", exc))

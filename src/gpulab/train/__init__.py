@@ -60,6 +60,7 @@ def run(ctx: StageContext):
                 res.attrs["data_parallel_note"] = single.DP_CPU_NOTE
         elif ctx.variant == "ddp":
             ranks = _launch(ctx, "ddp", cfg, n)
+            launch.record_placement(res, ranks)
             agg = tables.ddp_table([r for rk in ranks for r in rk["rows"]])
             res.add_table("ddp", agg, units=tables.units_for(agg))
             _add(res, "ddp_ranks", [r for rk in ranks for r in rk["rows"]])
@@ -68,6 +69,8 @@ def run(ctx: StageContext):
             bars += tables.ddp_bars(agg, kind, n)
         else:
             bars += _model_parallel(ctx, res, cfg, kind, n, checks)
+    except launch.NotResultNode:
+        raise  # a node other than 0 of a run started by hand: node 0 writes the result
     except launch.LaunchError as exc:
         log.error("train/%s: the launch failed: %s", ctx.variant, exc)
         checks.append(Check.crashed(f"{ctx.variant} launch on {n} rank(s)", exc))
@@ -81,6 +84,7 @@ def _model_parallel(ctx, res, cfg, kind, n, checks: list) -> list[Bar]:
     """Pipeline / tensor parallel. On one device there is nothing to split: the variant still runs
     (one stage / a mesh of one) to exercise the code path, and its bars say 'not applicable'."""
     ranks = _launch(ctx, ctx.variant, cfg, n)
+    launch.record_placement(res, ranks)
     rows = [r for rk in ranks for r in rk["rows"]]
     if ctx.variant == "pipeline":
         agg, rows_checked, bars = tables.pipeline_tables(rows, cfg, kind, n)
@@ -100,7 +104,7 @@ def _launch(ctx, mode, cfg, n) -> list[dict]:
         _digits(ctx)  # fail early, in this process, on a missing or bad training set
     node = launch.NodeSpec.from_config(ctx.devices_config.get("nodes"))
     log.info("train/%s: %d rank(s) on node %d of %d", mode, n, node.node_rank, node.nnodes)
-    # Multi-node: every node runs this stage; each result holds its own node's ranks' rows.
+    # Multi-node: the ranks of every node, gathered on node 0, which alone writes the result.
     return launch.run_workers(WORKER, payload, nproc=n, node=node,
                               multicast=launch.multicast_allowed(ctx.devices_config))
 
