@@ -13,6 +13,15 @@ sys.path.insert(0, SRC)
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH")) if p)
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
 
+from snakemake.exceptions import WorkflowError
+
+from gpulab import config as _gpulab_config
+
+try:  # Snakemake's own YAML error names neither the line nor the problem
+    _gpulab_config.check_yaml("config.yaml")
+except _gpulab_config.ConfigError as exc:
+    raise WorkflowError(str(exc)) from None
+
 configfile: "config.yaml"
 
 include: "workflow/rules/common.smk"

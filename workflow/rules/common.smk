@@ -5,17 +5,27 @@ import sys
 from snakemake.exceptions import WorkflowError
 
 from gpulab import config as gpulab_config
+from gpulab import lifetime as gpulab_lifetime
 from gpulab import results as gpulab_results
 from gpulab import slots as gpulab_slots
 
 try:
+    # Any key can be set from the command line: --config 'devices={gpus: 8}' (nested YAML).
+    _cli = gpulab_config.apply_overrides(config, workflow.config_settings.overwrite_config or {})
     gpulab_config.validate(
         config,
         Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml",
         [str(f) for f in workflow.configfiles],
+        command_line=_cli,
     )
 except gpulab_config.ConfigError as exc:
     raise WorkflowError(str(exc)) from None
+
+if workflow.is_main_process:
+    # Jobs stop themselves when this process dies (even by SIGKILL); see gpulab.lifetime.
+    os.environ[gpulab_lifetime.OWNER_ENV] = str(os.getpid())
+    for _lock in gpulab_lifetime.clear_stale_snakemake_locks():
+        print(f"gpulab: removed {_lock} left by a killed run", file=sys.stderr)
 
 HOST = config.get("host_label") or gpulab_results.host_name()
 PY = sys.executable

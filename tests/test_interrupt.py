@@ -1,0 +1,148 @@
+"""Interrupting a run (Ctrl-C, SIGTERM, SIGKILL of Snakemake) leaves no process behind, and a plain
+rerun finishes. Tiny single-stage targets keep each case to a few seconds of work."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import psutil
+import pytest
+import yaml
+
+from conftest import copy_workflow, planned_rules, snakemake
+
+pytestmark = pytest.mark.e2e
+
+HOST = "testhost"
+TINY = {
+    "gemm": {"sizes": [[64, 64, 64]], "dtypes": ["fp32"], "algorithms": ["row1d"], "ranks": [2],
+             "warmup": 0, "repeats": 1},
+    "collectives": {"ops": ["all_reduce"], "algorithms": ["ring"], "sizes_bytes": [64],
+                    "warmup": 0, "repeats": 1, "iters": 1},
+}
+TARGETS = {
+    "gemm": (f"results/gemm/{HOST}/main.h5", "gpulab.gemm.worker"),
+    "collectives": (f"results/collectives/{HOST}/default.h5", "gpulab.collectives.worker"),
+    "train": (f"results/train/{HOST}/tensor.h5", "gpulab.train.worker"),
+}
+
+
+# The interrupted run: long enough (~10 s of multiplies) that the signal lands mid-benchmark, when
+# the ranks block on each other and orphans would outlive the bound below.
+SLOW = {
+    "gemm": {"sizes": [[1024, 1024, 1024]], "repeats": 30},
+    "collectives": {"sizes_bytes": [8388608], "repeats": 20, "iters": 4},
+    "train": {"tensor_batches": [1024], "repeats": 30},
+}
+
+
+def _write_config(wf, slow: str | None = None):
+    cfg = yaml.safe_load((wf.parent / "config.orig.yaml").read_text())
+    for section, values in TINY.items():
+        cfg[section].update(values)
+    cfg["train"].update({"variants": ["tensor"], "tensor_batches": [4], "warmup": 0, "repeats": 1})
+    if slow:
+        cfg[slow].update(SLOW[slow])
+    (wf / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+
+
+def _tiny_workflow(tmp_path, slow: str | None = None):
+    wf = copy_workflow(tmp_path / "wf")
+    (tmp_path / "config.orig.yaml").write_text((wf / "config.yaml").read_text())
+    _write_config(wf, slow)
+    return wf
+
+
+def _env(mark: str) -> dict:
+    return {**os.environ, "GPULAB_HOST": HOST, "GPULAB_GPU_POOL": "", "GPULAB_TEST_MARK": mark}
+
+
+def _marked(mark: str) -> list[psutil.Process]:
+    """Every live process started under this test's marker (workers included: they inherit it)."""
+    out = []
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if p.pid != os.getpid() and p.environ().get("GPULAB_TEST_MARK") == mark \
+                    and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out
+
+
+def _working(mark: str, worker: str) -> bool:
+    """Two ``worker`` ranks past the rendezvous: each holds gloo connections to its peer."""
+    ranks = [p for p in _marked(mark) if worker in " ".join(p.cmdline())]
+    try:
+        return len(ranks) >= 2 and all(
+            sum(c.status == psutil.CONN_ESTABLISHED for c in p.net_connections("tcp")) >= 2
+            for p in ranks)
+    except psutil.Error:
+        return False
+
+
+def _wait_for(cond, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = cond()
+        if got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def _interrupt(wf, target: str, worker: str, how: str, mark: str) -> None:
+    """Start Snakemake on ``target``, wait until ``worker`` runs, deliver ``how``, then require that
+    no process of the run is left within a bounded time."""
+    log = open(wf / f"interrupted-{how}.log", "w")
+    sm = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2", target], cwd=wf,
+                          env={**_env(mark), "GPULAB_SLOT_DIR": str(wf / ".slots")},
+                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_for(lambda: _working(mark, worker), 240, f"{worker} ranks to connect")
+        time.sleep(1)
+        if how == "SIGINT":  # Ctrl-C: the terminal signals the whole foreground process group
+            os.killpg(sm.pid, signal.SIGINT)
+        else:
+            sm.send_signal(getattr(signal, how))
+        sm.wait(timeout=120)
+        left = []
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline:
+            left = _marked(mark)
+            if not left:
+                break
+            time.sleep(0.5)
+        assert not left, f"after {how}: still running: {[' '.join(p.cmdline())[:120] for p in left]}"
+    finally:
+        for p in _marked(mark):  # never leak processes into the rest of the suite
+            p.kill()
+        if sm.poll() is None:
+            sm.kill()
+        log.close()
+
+
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGKILL"])
+def test_interrupted_run_leaves_nothing_and_a_plain_rerun_finishes(tmp_path, how):
+    wf = _tiny_workflow(tmp_path, "gemm")
+    target, worker = TARGETS["gemm"]
+    mark = uuid.uuid4().hex
+    _interrupt(wf, target, worker, how, mark)
+    # Back to the tiny config: the rerun still meets the killed run's incomplete output and locks.
+    _write_config(wf)
+    # A plain run, as `make run` would start it (the default profile must do the rest).
+    p = snakemake(wf, "--cores", "2", target, env=_env(mark))
+    assert (wf / target).exists(), p.stderr[-3000:]
+    assert planned_rules(wf, target, env=_env(mark)) == {}
+    assert not _marked(mark)
+
+
+@pytest.mark.parametrize("stage", ["collectives", "train"])
+def test_ctrl_c_during_a_multi_process_stage_leaves_no_process(tmp_path, stage):
+    wf = _tiny_workflow(tmp_path, stage)
+    target, worker = TARGETS[stage]
+    _interrupt(wf, target, worker, "SIGINT", uuid.uuid4().hex)
