@@ -14,6 +14,7 @@ import fcntl
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -52,23 +53,46 @@ def new_group_dying_with_parent() -> None:
 
 def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM, grace: float = GRACE_S,
          group: bool = False) -> int | None:
-    """Send ``sig`` to ``proc`` (or its process group), wait ``grace`` s, then SIGKILL; reap it."""
+    """Send ``sig`` to ``proc`` and every descendant (or to its process group), wait up to
+    ``grace`` s, then SIGKILL what is left; reap ``proc``.
+
+    Descendants are signalled directly because torchrun's workers sit in sessions of their own and
+    a worker blocked in a collective never gets to its Python-level SIGINT handler.
+    """
+    try:
+        import psutil
+
+        tree = psutil.Process(proc.pid).children(recursive=True)
+    except Exception:
+        tree = []
+
     def send(s):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             if group:
                 os.killpg(proc.pid, s)
             else:
                 os.kill(proc.pid, s)
+        for child in tree:
+            with contextlib.suppress(Exception):
+                child.send_signal(s)
 
-    if proc.poll() is None:
+    if proc.poll() is None or tree:
         send(sig)
-        try:
-            proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            send(signal.SIGKILL)
-    if group:
-        send(signal.SIGKILL)  # stragglers of the group once its leader is gone
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and (
+                proc.poll() is None or any(_running(c) for c in tree)):
+            time.sleep(0.05)
+        send(signal.SIGKILL)
     return proc.wait()
+
+
+def _running(p) -> bool:
+    try:
+        import psutil
+
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except Exception:
+        return False
 
 
 @contextlib.contextmanager
@@ -83,36 +107,32 @@ def sigint_ignored():
             signal.signal(signal.SIGINT, old)
 
 
-def owner_pid() -> int | None:
-    """The Snakemake process this job belongs to, if it is one of our ancestors on this host."""
-    raw = os.environ.get(OWNER_ENV, "")
-    if not raw.isdigit():
-        return None
-    pid = int(raw)
-    try:
-        import psutil
-
-        # SLURM jobs inherit the submitting host's environment: only an ancestor counts.
-        if pid not in {p.pid for p in psutil.Process().parents()}:
-            return None
-    except Exception:
-        return None
-    return pid
+def owner_value() -> str:
+    """The value of $GPULAB_OWNER_PID that names this process as the owner of the jobs it starts."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def watch_owner(on_gone, pid: int | None = None, poll: float = 0.5) -> threading.Thread | None:
-    """Call ``on_gone()`` once when the owner process (default: :func:`owner_pid`) dies.
+def watch_owner(on_gone, poll: float = 0.5) -> threading.Thread | None:
+    """Call ``on_gone()`` once when the owner process named by $GPULAB_OWNER_PID dies.
 
     SIGKILL of Snakemake leaves its job shells running; without this they would race the next run.
+    Only an owner on this host is watched (SLURM jobs inherit the submitting host's environment);
+    one that is already gone counts as gone, one that lives but is no ancestor (a task that srun
+    started for it) is not watched.
     """
-    pid = owner_pid() if pid is None else pid
-    if pid is None:
+    host, _, raw = os.environ.get(OWNER_ENV, "").rpartition(":")
+    if not raw.isdigit() or host != socket.gethostname():
         return None
     import psutil
 
+    pid = int(raw)
     try:
-        born = psutil.Process(pid).create_time()
+        owner = psutil.Process(pid)
+        if pid not in {p.pid for p in psutil.Process().parents()}:
+            return None
+        born = owner.create_time()
     except psutil.Error:
+        on_gone()
         return None
 
     def alive() -> bool:

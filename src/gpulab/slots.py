@@ -117,7 +117,12 @@ def run(count: int, cmd: list[str], timeout: float = 3600.0) -> int:
     The command gets a process group of its own, so a signal reaches it exactly once: through the
     handlers here, which forward it to the whole group and reap the group within a grace period.
     """
+    owner_gone = threading.Event()
+    # Watch before anything starts: Snakemake may die while this job waits for its ids.
+    lifetime.watch_owner(owner_gone.set)
     with claim(count, timeout=timeout) as ids:
+        if owner_gone.is_set():
+            return 128 + signal.SIGTERM
         proc = subprocess.Popen(cmd, env=job_env(ids), preexec_fn=lifetime.new_group_dying_with_parent)
         stopping = threading.Event()
 
@@ -137,7 +142,8 @@ def run(count: int, cmd: list[str], timeout: float = 3600.0) -> int:
 
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, lambda signum, _frame: stop_group(signum))
-        lifetime.watch_owner(lambda: stop_group(signal.SIGTERM))
+        threading.Thread(target=lambda: owner_gone.wait() and stop_group(signal.SIGTERM),
+                         daemon=True).start()
         rc = proc.wait()
         if stopping.is_set():
             # The leader is gone; give the rest of its group (e.g. a torchrun agent stopping its

@@ -21,9 +21,9 @@ try:
 except gpulab_config.ConfigError as exc:
     raise WorkflowError(str(exc)) from None
 
+# Jobs stop themselves when the Snakemake process that started them dies (even by SIGKILL).
+os.environ[gpulab_lifetime.OWNER_ENV] = gpulab_lifetime.owner_value()
 if workflow.is_main_process:
-    # Jobs stop themselves when this process dies (even by SIGKILL); see gpulab.lifetime.
-    os.environ[gpulab_lifetime.OWNER_ENV] = str(os.getpid())
     for _lock in gpulab_lifetime.clear_stale_snakemake_locks():
         print(f"gpulab: removed {_lock} left by a killed run", file=sys.stderr)
 
