@@ -2,6 +2,7 @@
 rerun finishes. Tiny single-stage targets keep each case to a few seconds of work."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -13,7 +14,7 @@ import psutil
 import pytest
 import yaml
 
-from conftest import copy_workflow, planned_rules, snakemake
+from conftest import REPO, copy_workflow, planned_rules, snakemake
 
 pytestmark = pytest.mark.e2e
 
@@ -118,8 +119,38 @@ def test_interrupted_run_leaves_nothing_and_a_plain_rerun_finishes(tmp_path, how
     assert not _marked(mark)
 
 
-@pytest.mark.parametrize("stage", ["collectives", "train"])
-def test_ctrl_c_during_a_multi_process_stage_leaves_no_process(tmp_path, stage):
-    wf = _tiny_workflow(tmp_path)
-    target, worker = TARGETS[stage]
-    _interrupt(wf, target, worker, "SIGINT", uuid.uuid4().hex)
+@pytest.mark.parametrize("stage,variant", [("collectives", "default"), ("train", "tensor")])
+def test_ctrl_c_during_a_multi_process_stage_leaves_no_process(tmp_path, stage, variant):
+    """The job's command as its rule runs it (slot holder -> stage script -> torchrun -> ranks),
+    without Snakemake's start-up; the gemm runs above cover Snakemake's part."""
+    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
+    cfg[stage].update(TINY.get(stage, {}))
+    cfg["train"].update({"tensor_batches": [4], "warmup": 0, "repeats": 1})
+    extra = []
+    if stage == "train":
+        from sklearn.datasets import load_digits
+
+        from gpulab.data.api import write_training_set
+
+        d = load_digits()
+        write_training_set(tmp_path / "digits.h5", (d.images[:64] / 16.0).astype("float32")[:, None],
+                           d.target[:64])
+        extra = ["--data", str(tmp_path / "digits.h5")]
+    payload = json.dumps({"stage": cfg[stage], "devices": {"backend": "cpu", "cpu_devices": 2}})
+    mark = uuid.uuid4().hex
+    job = subprocess.Popen(
+        [sys.executable, "-m", "gpulab.slots", "--gpus", "0", "--", sys.executable,
+         str(REPO / "scripts" / f"{stage}.py"), "--config-json", payload, "--variant", variant,
+         "--out", str(tmp_path / "out.h5"), *extra],
+        env={**_env(mark), "GPULAB_SLOT_DIR": str(tmp_path)}, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(lambda: [p for p in _marked(mark) if f"gpulab.{stage}.worker" in " ".join(p.cmdline())],
+                  240, f"{stage} ranks to start")
+        os.killpg(job.pid, signal.SIGINT)
+        assert job.wait(timeout=60) != 0
+        left = _wait_for(lambda: not _marked(mark) or None, 20, "every process of the job to end")
+        assert left is True
+    finally:
+        for p in _marked(mark):
+            p.kill()

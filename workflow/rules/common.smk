@@ -18,6 +18,10 @@ try:
         [str(f) for f in workflow.configfiles],
         command_line=_cli,
     )
+    # Rules a schema cannot state, checked here so that no job starts on a config that can't work.
+    from gpulab.train import load_config as _train_config
+
+    _train_config(config["train"])
 except gpulab_config.ConfigError as exc:
     raise WorkflowError(str(exc)) from None
 
