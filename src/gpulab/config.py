@@ -111,7 +111,7 @@ def _unknown_keys(e) -> list[tuple[tuple, str]]:
     for key in inst:
         if key in known:
             continue
-        close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.5)
+        close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.4)
         hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(known)}"
         out.append((tuple(e.absolute_path) + (key,), hint))
     return out
@@ -199,12 +199,14 @@ def check_yaml(path: str | Path) -> None:
             raise ConfigError(f"{path}: not valid YAML: {exc}") from None
         problem = getattr(exc, "problem", None) or str(exc)
         ctx, cmark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
-        if ctx and cmark is not None:
-            problem += f" ({ctx} that starts at line {cmark.line + 1})"
-        lines = text.splitlines()
-        keys = [re.match(r"\s*([^\s:#][^:#]*?)\s*:(\s|$)", lines[m.line]) for m in (mark, cmark)
-                if m is not None and m.line < len(lines)]
-        key = next((k.group(1) for k in reversed(keys) if k), None)
+        if ctx and cmark is not None and cmark.line != mark.line:
+            # An unclosed bracket or quote is noticed lines later; the user's mistake is where it
+            # opened.
+            problem += f" ({ctx}; noticed at line {mark.line + 1})"
+            mark = cmark
+        line = text.splitlines()[mark.line] if mark.line < len(text.splitlines()) else ""
+        key_match = re.match(r"\s*([^\s:#][^:#]*?)\s*:(\s|$)", line)
+        key = key_match.group(1) if key_match else None
         where = f"{path}:{mark.line + 1}:{mark.column + 1}"
         raise ConfigError(f"{where}: not valid YAML" + (f" at key '{key}'" if key else "")
                           + f": {problem}") from None

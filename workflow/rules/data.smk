@@ -34,17 +34,29 @@ rule data_train:
 # The load benchmark: every dataset in every format, read back by every loader (CPU-only).
 DATA_H5 = f"results/data/{HOST}/main.h5"
 STAGE_RESULTS.append(DATA_H5)
+# The user's own files (config data.inputs): inputs of the rule, so replacing one reruns it, and
+# their headers/shapes checked now, so a bad one stops the run before any benchmark starts.
+DATA_INPUTS = [item["path"] for item in config["data"]["inputs"]]
+try:
+    from gpulab.data.stage import external_inputs
+
+    external_inputs(config["data"])
+except ValueError as exc:
+    raise WorkflowError(f"config data.inputs: {exc}") from None
 
 
 rule data:
     input:
         code=stage_code("data"),
+        inputs=DATA_INPUTS,
     output:
         h5=DATA_H5,
         files=directory(f"results/data/{HOST}/files"),
     params:
         cfg=stage_payload("data"),
         variant="main",
+    # Ahead of the benchmarks: the rest of each file is checked here, before hours of GPU work.
+    priority: 50
     resources:
         gpu=0,
     log:
