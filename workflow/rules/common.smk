@@ -11,11 +11,12 @@ from gpulab import slots as gpulab_slots
 
 try:
     # Any key can be set from the command line: --config 'devices={gpus: 8}' (nested YAML).
-    _cli = gpulab_config.apply_overrides(config, workflow.config_settings.overwrite_config or {})
+    _cli = gpulab_config.apply_overrides(config, workflow.config_settings.config or {})
+    _files = {Path(f).resolve(): f for f in [*workflow.configfiles, *workflow.config_settings.configfiles]}
     gpulab_config.validate(
         config,
         Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml",
-        [str(f) for f in workflow.configfiles],
+        [os.path.relpath(f) for f in _files],
         command_line=_cli,
     )
     # Rules a schema cannot state, checked here so that no job starts on a config that can't work.
@@ -48,6 +49,11 @@ if BACKEND == "cuda" and HOST_GPUS == 0:
 # The default is the detected count, so a plain `snakemake --cores all` never over-subscribes GPUs.
 if "gpu" not in workflow.global_resources:
     workflow.register_resource("gpu", HOST_GPUS)
+elif HOST_GPUS == 0 and workflow.is_main_process:
+    _cap = workflow.global_resources["gpu"]
+    print(f"gpulab: --resources gpu={getattr(_cap, 'value', _cap)} but this host has no GPU to use "
+          f"(devices.backend={BACKEND}): every stage runs on CPU, on "
+          f"{config['devices']['cpu_devices']} virtual devices", file=sys.stderr)
 
 # Every stage appends its final outputs here; the report depends on all of them.
 STAGE_RESULTS = []
