@@ -68,3 +68,10 @@ def test_own_input_files_are_rule_inputs_and_checked_before_any_job(workflow_dir
     assert p.returncode != 0
     assert "config data.inputs: mine.csv, line 1, key 'label'" in p.stderr + p.stdout
     os.utime(mine)
+
+
+def test_default_profile_loads_and_gpu_cap_on_a_host_without_gpus_says_cpu(workflow_dir):
+    p = snakemake(workflow_dir, "--dry-run", "--resources", "gpu=2", env=ENV)
+    out = p.stderr + p.stdout
+    assert "Using workflow specific profile profiles/default" in out
+    assert "--resources gpu=2 but this host has no GPU to use" in out and "every stage runs on CPU" in out
