@@ -21,6 +21,6 @@ def test_pipeline_with_an_odd_or_composite_device_count_builds_its_report(tmp_pa
     html = (wf / "results/report/report.html").read_text()
     assert 'name="gpulab-section-errors" content="0"' in html
     tensor = wf / "results/train/testhost/tensor.h5"
-    assert results.read_attrs(tensor)["parallel_degree"] == {3: 2, 6: 2}[n]  # n_heads=4
+    assert results.read_attrs(tensor)["parallel_degree"] == {3: 2, 6: 4}[n]  # largest divisor of n_heads=4
     pipeline = results.read_attrs(wf / "results/train/testhost/pipeline.h5")
     assert pipeline["parallel_degree"] == min(n, 4)  # 2 blocks + embedding + head
