@@ -21,6 +21,14 @@ envvars:
     "PYTHONPATH",
     "NCCL_NVLS_ENABLE",
 
+from snakemake.exceptions import WorkflowError
+
+from gpulab import config as _gpulab_config
+
+try:  # Snakemake's own YAML error names neither the line nor the problem
+    _gpulab_config.check_yaml("config.yaml")
+except _gpulab_config.ConfigError as exc:
+    raise WorkflowError(str(exc)) from None
 
 configfile: "config.yaml"
 

@@ -11,7 +11,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"
-WORKFLOW_PARTS = ["Snakefile", "config.yaml", "workflow", "scripts", "src"]
+WORKFLOW_PARTS = ["Snakefile", "config.yaml", "profiles", "workflow", "scripts", "src"]
 
 
 def copy_workflow(dest: Path) -> Path:

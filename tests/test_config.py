@@ -29,8 +29,36 @@ def test_error_names_file_line_and_key(tmp_path):
 def test_unknown_key_is_rejected_with_its_location(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("probe:\n  gpus: all\n  gpu_count: 3\n")
-    with pytest.raises(config.ConfigError, match=r"bad.yaml:\d+: key 'probe'.*gpu_count"):
+    with pytest.raises(config.ConfigError,
+                       match=r"bad.yaml:3: key 'probe.gpu_count' is not a known key \(did you mean 'gpus'\?\)"):
         config.load([REPO / "config.yaml", bad])
+
+
+def test_misspelled_section_points_at_its_own_line_and_suggests_the_section(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("devices:\n  backend: auto\n\n# transfer settings\ntranfer:\n  repeats: 3\n")
+    with pytest.raises(config.ConfigError,
+                       match=r"bad.yaml:5: key 'tranfer' is not a known key \(did you mean 'transfer'\?\)"):
+        config.load([REPO / "config.yaml", bad])
+
+
+def test_yaml_syntax_error_names_file_line_and_key(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("devices:\n  backend: auto\n  cpu_devices: [2\n\nprobe:\n  gpus: all\n")
+    with pytest.raises(config.ConfigError, match=r"bad.yaml:3:\d+: not valid YAML at key 'cpu_devices'"):
+        config.load([bad])
+
+
+def test_command_line_values_get_yaml_types_and_errors_name_the_command_line():
+    # What Snakemake hands over for --config 'devices={"gpus": 8, "backend": cpu}' (BaseLoader).
+    cfg = config.load([REPO / "config.yaml"])
+    typed = config.apply_overrides(cfg, {"devices": {"gpus": "8", "backend": "cpu"}, "host_label": "n1"})
+    assert cfg["devices"]["gpus"] == 8 and cfg["devices"]["cpu_devices"] == 2 and cfg["host_label"] == "n1"
+    config.validate(cfg, config.DEFAULT_SCHEMA, [REPO / "config.yaml"], command_line=typed)
+    typed = config.apply_overrides(cfg, {"devices": {"gpus": "eight"}})
+    with pytest.raises(config.ConfigError, match=r"^invalid configuration:\n  command line \(--config\): "
+                                                   r"key 'devices.gpus'"):
+        config.validate(cfg, config.DEFAULT_SCHEMA, [REPO / "config.yaml"], command_line=typed)
 
 
 def test_wrong_enum_says_what_was_expected(tmp_path):

@@ -144,7 +144,16 @@ def test_pipeline_matches_unsplit_model_and_measures_the_bubble(stage):
     assert len(ran) == 3 and np.isfinite(ran["bubble_measured"]).all()
     assert ran["bubble_gpipe"].tolist() == pytest.approx(
         [loop.gpipe_bubble(2, m) for m in ran["microbatches"]])
+    # Every rank's idle share is a fraction of its step, and a GPipe rank idles at least the
+    # schedule's own (p-1)/(m+p-1) (less only by timer noise).
+    ranks = results.read_table(p, "pipeline_ranks")
+    ranks = ranks[ranks["note"] == ""]
+    assert ((ranks["bubble_measured"] >= 0) & (ranks["bubble_measured"] < 1)).all(), ranks
+    assert (ranks["busy_s"] <= ranks["step_s_median"]).all()
+    gp = ranks[ranks["schedule"] == "gpipe"]
+    assert (gp["bubble_measured"] >= gp["bubble_gpipe"] - 0.1).all(), gp
     assert (results.read_table(p, "bars")["verdict"] == "not_applicable").all()
+
 
 
 def test_tensor_parallel_matches_unsplit_and_shards_parameters(stage):
@@ -292,3 +301,23 @@ def test_single_process_timers_wait_for_every_device_used(monkeypatch):
     loop.sync_fn(devs)()
     assert synced == [torch.device("cuda", 0), torch.device("cuda", 1)]
     assert loop.sync_fn([torch.device("cpu")]) is None
+
+
+def test_tensor_parallel_on_three_devices_uses_the_largest_divisor_of_the_heads(tmp_path, digits):
+    """n_heads=2 over 3 devices: 2 ranks, and the third device is recorded as not applicable."""
+    cfg = {**TINY, "tensor_batches": [4]}
+    p = _run("tensor", tmp_path, digits, cfg, cpu_devices=3)
+    _checks_pass(p)
+    assert results.read_attrs(p)["parallel_degree"] == 2
+    na = results.read_table(p, "not_applicable")
+    assert na["reason"].str.contains("n_heads=2 splits evenly over 2 of the 3 devices").all()
+    assert set(results.read_table(p, "tensor")["devices"]) == {1, 2}
+
+
+def test_config_that_can_never_work_is_rejected_before_running():
+    from gpulab import config as cfgmod
+    from gpulab.train import load_config, parallel_degree
+
+    with pytest.raises(cfgmod.ConfigError, match="d_model=30 is not a multiple of train.gpt.n_heads=4"):
+        load_config({"gpt": {"d_model": 30, "n_heads": 4}})
+    assert parallel_degree("pipeline", {"gpt": {"n_layers": 2, "n_heads": 4}}, 6)[0] == 4

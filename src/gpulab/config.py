@@ -9,7 +9,9 @@ properties. Defaults from the schemas are filled in, so rules can rely on every 
 from __future__ import annotations
 
 import copy
+import difflib
 import functools
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -128,8 +130,15 @@ def _fmt_path(path: Iterable) -> str:
     return out or "<top level>"
 
 
-def _locate(path: tuple, files: list[tuple[Path, dict]]) -> str:
-    """'file:line' of the deepest part of ``path`` that some config file defines (last file wins)."""
+COMMAND_LINE = "command line (--config)"
+
+
+def _locate(path: tuple, files: list[tuple[Path, dict]], cli: Iterable[tuple] = ()) -> str:
+    """Where the value at ``path`` came from: the command line, or 'file:line' of the deepest part
+    of ``path`` that some config file defines (last file wins, as in the merge)."""
+    for c in cli:
+        if c[:len(path)] == path[:len(c)]:  # one is a prefix of the other
+            return COMMAND_LINE
     for n in range(len(path), -1, -1):
         for f, lines in reversed(files):
             if path[:n] in lines and (n or lines):
@@ -137,30 +146,114 @@ def _locate(path: tuple, files: list[tuple[Path, dict]]) -> str:
     return files[-1][0].as_posix() if files else "<config>"
 
 
+def _unknown_keys(e) -> list[tuple[tuple, str]]:
+    """(path of the unknown key, 'did you mean' hint) for an additionalProperties error."""
+    known = list((e.schema.get("properties") or {}) if isinstance(e.schema, Mapping) else {})
+    inst = e.instance if isinstance(e.instance, Mapping) else {}
+    out = []
+    for key in inst:
+        if key in known:
+            continue
+        close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.4)
+        hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(known)}"
+        out.append((tuple(e.absolute_path) + (key,), hint))
+    return out
+
+
+def _messages(e, files, cli) -> list[str]:
+    if e.validator == "additionalProperties" and not isinstance(e.validator_value, Mapping):
+        return [f"{_locate(path, files, cli)}: key '{_fmt_path(path)}' is not a known key ({hint})"
+                for path, hint in _unknown_keys(e)]
+    path = tuple(e.absolute_path)
+    expected = e.schema.get("description") if isinstance(e.schema, Mapping) else None
+    msg = f"{_locate(path, files, cli)}: key '{_fmt_path(path)}': {e.message}"
+    return [msg + (f" (expected: {expected})" if expected else "")]
+
+
 def validate(
     config: dict,
     schema_path: str | Path | None = None,
     config_files: Iterable[str | Path] = (),
+    command_line: Mapping | None = None,
 ) -> dict:
     """Validate ``config`` in place (defaults filled in); raise ConfigError naming file:line and key.
 
     ``schema_path``: None for the whole config, a stage's name for its section, or a schema file.
+    ``command_line``: the ``--config`` overrides already merged into ``config``, so that an error in
+    one of them blames the command line, not the line of a file it replaced.
     """
     validator = _validator(schema_path)
     errors = sorted(validator.iter_errors(config), key=lambda e: (len(e.path), list(map(str, e.path))))
     if not errors:
         return config
     files = [(Path(f), key_lines(f)) for f in config_files if Path(f).exists()]
-    msgs = []
-    for e in errors[:10]:
-        path = tuple(e.absolute_path)
-        expected = e.schema.get("description") if isinstance(e.schema, Mapping) else None
-        msg = f"{_locate(path, files)}: key '{_fmt_path(path)}': {e.message}"
-        if expected:
-            msg += f" (expected: {expected})"
-        msgs.append(msg)
-    more = f"\n... and {len(errors) - 10} more" if len(errors) > 10 else ""
-    raise ConfigError("invalid configuration:\n  " + "\n  ".join(msgs) + more)
+    cli = _leaf_paths(command_line or {})
+    msgs = [m for e in errors for m in _messages(e, files, cli)]
+    more = f"\n... and {len(msgs) - 10} more" if len(msgs) > 10 else ""
+    raise ConfigError("invalid configuration:\n  " + "\n  ".join(msgs[:10]) + more)
+
+
+def _leaf_paths(d: Mapping, prefix: tuple = ()) -> list[tuple]:
+    out = []
+    for k, v in d.items():
+        if isinstance(v, Mapping) and v:
+            out += _leaf_paths(v, prefix + (k,))
+        else:
+            out.append(prefix + (k,))
+    return out
+
+
+def typed_overrides(overrides: Mapping) -> dict:
+    """``--config`` overrides with YAML types.
+
+    Snakemake reads a nested value (``--config 'devices={gpus: 8}'``) with YAML's BaseLoader, so
+    every scalar inside it is a string; each is read again with the normal YAML rules (8 -> int,
+    true -> bool, null -> None). Top-level values were already typed by Snakemake and are kept.
+    """
+    def retype(v):
+        if isinstance(v, Mapping):
+            return {k: retype(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [retype(x) for x in v]
+        if isinstance(v, str):
+            try:
+                return yaml.safe_load(v)
+            except yaml.YAMLError:
+                return v
+        return v
+
+    return {k: retype(v) if isinstance(v, (Mapping, list)) else v for k, v in overrides.items()}
+
+
+def apply_overrides(config: dict, overrides: Mapping) -> dict:
+    """Merge typed ``--config`` overrides into ``config`` in place; return the typed overrides."""
+    typed = typed_overrides(overrides)
+    config.update(deep_merge(config, typed))
+    return typed
+
+
+def check_yaml(path: str | Path) -> None:
+    """Raise ConfigError naming file:line:column and the key there when ``path`` is not valid YAML."""
+    text = Path(path).read_text()
+    try:
+        yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        if mark is None:
+            raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        problem = getattr(exc, "problem", None) or str(exc)
+        ctx, cmark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+        if ctx and cmark is not None and cmark.line != mark.line:
+            # An unclosed bracket or quote is noticed lines later; the user's mistake is where it
+            # opened.
+            problem += f" ({ctx}; noticed at line {mark.line + 1})"
+            mark = cmark
+        line = text.splitlines()[mark.line] if mark.line < len(text.splitlines()) else ""
+        key_match = re.match(r"\s*([^\s:#][^:#]*?)\s*:(\s|$)", line)
+        key = key_match.group(1) if key_match else None
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}"
+        raise ConfigError(f"{where}: not valid YAML" + (f" at key '{key}'" if key else "")
+                          + f": {problem}") from None
 
 
 def validate_section(stage: str, section: dict) -> dict:
@@ -183,10 +276,8 @@ def load(paths: Iterable[str | Path], schema_path: str | Path | None = None) -> 
     merged: dict = {}
     paths = [Path(p) for p in paths]
     for p in paths:
-        try:
-            data = _load_yaml(p) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{p}: not valid YAML: {exc}") from None
+        check_yaml(p)
+        data = _load_yaml(p) or {}
         if not isinstance(data, dict):
             raise ConfigError(f"{p}: the top level must be a mapping of stage sections")
         merged = deep_merge(merged, data)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -23,6 +24,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
+
+from gpulab import lifetime
 
 log = logging.getLogger("gpulab.launch")
 
@@ -186,9 +189,20 @@ def run_workers(module: str, payload: Mapping[str, Any], nproc: int, *, node: No
         child_env = {**os.environ, **({} if multicast else SAFE_ENV), **(env or {})}
         child_env.setdefault("OMP_NUM_THREADS", "1")
         log.info("launch: %s", " ".join(cmd))
-        p = subprocess.run(cmd, env=child_env, capture_output=True, text=True, timeout=timeout)
+        p = subprocess.Popen(cmd, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, preexec_fn=lifetime.die_with_parent)
+        try:
+            stdout, stderr = p.communicate(timeout=timeout)
+        except BaseException as exc:
+            # SIGTERM lets the agent stop its workers (they sit in sessions of their own); the
+            # default SIGKILL of subprocess.run would orphan them.
+            with lifetime.sigint_ignored():
+                lifetime.stop(p)
+            if isinstance(exc, subprocess.TimeoutExpired):
+                raise LaunchError(f"{module} on {nproc} rank(s) ran past {timeout:.0f} s") from None
+            raise
         if p.returncode != 0:
-            raise LaunchError(failure_message(module, nproc, node, p.returncode, p.stdout, p.stderr))
+            raise LaunchError(failure_message(module, nproc, node, p.returncode, stdout, stderr))
         results = collect(Path(tmp), module, node)
         if len(results) != nproc * node.nnodes:
             raise LaunchError(f"{module}: expected {nproc * node.nnodes} rank results, "
@@ -279,6 +293,8 @@ def worker_main(fn: Callable[[WorkerContext, dict], dict], backend: str = "auto"
     ap.add_argument("--payload", type=Path, required=True)
     ap.add_argument("--out-dir", type=Path, required=True)
     args = ap.parse_args()
+    # The agent starts workers in sessions of their own; if it is killed, nothing else stops them.
+    lifetime.die_with_parent(signal.SIGKILL)
     payload = json.loads(args.payload.read_text())
     ctx = init_distributed(payload.get("backend", backend))
     try:

@@ -17,9 +17,12 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Iterator
+
+from gpulab import lifetime
 
 POOL_ENV = "GPULAB_GPU_POOL"  # comma-separated ids; overrides detection (tests, shared hosts)
 DIR_ENV = "GPULAB_SLOT_DIR"
@@ -111,15 +114,57 @@ def job_env(ids: list[str], base: dict | None = None) -> dict:
 
 
 def run(count: int, cmd: list[str], timeout: float = 3600.0) -> int:
-    with claim(count, timeout=timeout) as ids:
-        proc = subprocess.Popen(cmd, env=job_env(ids))
+    """Run ``cmd`` holding ``count`` ids; return its exit status (128 + signal if a signal ended it).
 
-        def forward(signum, _frame):
-            proc.send_signal(signum)
+    The command gets a process group of its own, so a signal reaches it exactly once: through the
+    handlers here, which forward it to the whole group and reap the group within a grace period.
+    """
+    owner_gone = threading.Event()
+    # Watch before anything starts: Snakemake may die while this job waits for its ids.
+    lifetime.watch_owner(owner_gone.set)
+    with claim(count, timeout=timeout) as ids:
+        if owner_gone.is_set():
+            return 128 + signal.SIGTERM
+        proc = subprocess.Popen(cmd, env=job_env(ids), preexec_fn=lifetime.new_group_dying_with_parent)
+        stopping = threading.Event()
+
+        def signal_group(sig):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, sig)
+
+        def stop_group(signum):
+            if stopping.is_set():
+                return
+            stopping.set()
+            signal_group(signum)
+            kill_later = threading.Timer(
+                lifetime.GRACE_S, lambda: proc.poll() is None and signal_group(signal.SIGKILL))
+            kill_later.daemon = True
+            kill_later.start()
 
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(sig, forward)
-        return proc.wait()
+            signal.signal(sig, lambda signum, _frame: stop_group(signum))
+        threading.Thread(target=lambda: owner_gone.wait() and stop_group(signal.SIGTERM),
+                         daemon=True).start()
+        rc = proc.wait()
+        if stopping.is_set():
+            # The leader is gone; give the rest of its group (e.g. a torchrun agent stopping its
+            # workers) the same grace, then kill what is left.
+            deadline = time.monotonic() + lifetime.GRACE_S
+            while time.monotonic() < deadline and _group_alive(proc.pid):
+                time.sleep(0.1)
+            signal_group(signal.SIGKILL)
+        return 128 - rc if rc < 0 else rc
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -46,13 +46,16 @@ class StageContext:
 
 
 def setup_logging(verbose: bool = False) -> None:
-    try:
-        from rich.logging import RichHandler
+    # Rich only on a terminal: in a log file it wraps at 80 columns and splits "12.3 GB/s" over lines.
+    handler: logging.Handler = logging.StreamHandler(sys.stderr)
+    fmt = "%(asctime)s %(levelname)s %(message)s"
+    if sys.stderr.isatty():
+        try:
+            from rich.logging import RichHandler
 
-        handler: logging.Handler = RichHandler(show_path=False, rich_tracebacks=False)
-        fmt = "%(message)s"
-    except ImportError:  # pragma: no cover - rich is a dependency
-        handler, fmt = logging.StreamHandler(sys.stderr), "%(levelname)s %(message)s"
+            handler, fmt = RichHandler(show_path=False, rich_tracebacks=False), "%(message)s"
+        except ImportError:  # pragma: no cover - rich is a dependency
+            pass
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format=fmt,
                         handlers=[handler], force=True)
 
@@ -123,6 +126,15 @@ def context_from_args(stage: str, args) -> StageContext:
                         args.out, extra)
 
 
+def _visible(ctx: StageContext) -> str:
+    ids = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if ids is None:
+        return "every GPU of the host"
+    if ids.strip() and ctx.devices_config.get("backend", "auto") != "cpu":
+        return f"GPU {ids}"
+    return f"no GPU; {int(ctx.devices_config.get('cpu_devices', 2))} CPU virtual devices"
+
+
 def stage_main(stage: str, run: Callable[[StageContext], results.Result], doc: str | None = None,
                argv: list[str] | None = None,
                extra_args: Callable[[argparse.ArgumentParser], None] | None = None) -> int:
@@ -130,7 +142,7 @@ def stage_main(stage: str, run: Callable[[StageContext], results.Result], doc: s
     setup_logging(args.verbose)
     ctx = context_from_args(stage, args)
     log.info("%s/%s: starting (devices visible: %s)", stage, ctx.variant,
-             os.environ.get("CUDA_VISIBLE_DEVICES", "<all>"))
+             _visible(ctx))
     try:
         result = run(ctx)
     except NotResultNode as exc:

@@ -46,6 +46,11 @@ class StageSpec:
     output_dirs: tuple[str, ...] = ()
     inputs: Mapping[str, str] = field(default_factory=dict)
     args: str = ""
+    # Named inputs that the config lists (e.g. the user's own data files): replacing one reruns the
+    # stage. A function of the validated config, returning {name: [paths]}.
+    config_inputs: Callable[[Mapping], Mapping[str, list]] | None = None
+    # Snakemake priority: a stage that checks the user's inputs runs ahead of long benchmarks.
+    priority: int = 0
     # Results of its extra rules that the report reads as well.
     extra_results: tuple[str, ...] = ()
     # Host sharing: a timing-sensitive job's figures suffer from CPU-heavy jobs beside it on the same
@@ -96,6 +101,10 @@ class StageSpec:
         return {"stage": config[self.name], "devices": devices, "validated": True}
 
 
+def _data_inputs(config: Mapping) -> dict[str, list]:
+    return {"inputs": [item["path"] for item in config["data"]["inputs"]]}
+
+
 def _collectives_variants(config: Mapping, host_gpus: int) -> list[str]:
     # The NCCL path variants need GPUs: without them only the default job runs, and its result
     # records them as not applicable.
@@ -114,7 +123,7 @@ STAGES: dict[str, StageSpec] = {s.name: s for s in [
               outputs={"json": "probe/{host}.json", "md": "probe/{host}.md"}),
     StageSpec("data", "Data loading", gpus="none",
               tables=("loads", "writes", "datasets", "checks", "not_applicable"),
-              section="gpulab.data.section", cpu_heavy=True,
+              section="gpulab.data.section", cpu_heavy=True, config_inputs=_data_inputs, priority=50,
               rules="workflow/rules/data.smk", outputs={"files": "data/{host}/files"},
               output_dirs=("files",), args="--files-dir {output.files}"),
     StageSpec("transfer", "Transfers and bandwidth",

@@ -5,6 +5,7 @@ import sys
 from snakemake.exceptions import WorkflowError
 
 from gpulab import config as gpulab_config
+from gpulab import lifetime as gpulab_lifetime
 from gpulab import results as gpulab_results
 from gpulab import slots as gpulab_slots
 from gpulab import stages as gpulab_stages
@@ -12,9 +13,22 @@ from gpulab import stages as gpulab_stages
 # The one validation of the config (defaults filled in). Jobs get slices of it marked validated, so
 # the stage scripts do not validate again.
 try:
-    gpulab_config.validate(config, None, [str(f) for f in workflow.configfiles])
+    # Any key can be set from the command line: --config 'devices={gpus: 8}' (nested YAML).
+    _cli = gpulab_config.apply_overrides(config, workflow.config_settings.config or {})
+    _files = {Path(f).resolve(): f for f in [*workflow.configfiles, *workflow.config_settings.configfiles]}
+    gpulab_config.validate(config, None, [os.path.relpath(f) for f in _files], command_line=_cli)
+    # Rules a schema cannot state, checked here so that no job starts on a config that can't work.
+    from gpulab.train import load_config as _train_config
+
+    _train_config(config["train"])
 except gpulab_config.ConfigError as exc:
     raise WorkflowError(str(exc)) from None
+
+# Jobs stop themselves when the Snakemake process that started them dies (even by SIGKILL).
+os.environ[gpulab_lifetime.OWNER_ENV] = gpulab_lifetime.owner_value()
+if workflow.is_main_process:
+    for _lock in gpulab_lifetime.clear_stale_snakemake_locks():
+        print(f"gpulab: removed {_lock} left by a killed run", file=sys.stderr)
 
 HOST = config.get("host_label") or gpulab_results.host_name()
 PY = sys.executable
@@ -34,6 +48,11 @@ if BACKEND == "cuda" and HOST_GPUS == 0:
 # The default is the detected count, so a plain `snakemake --cores all` never over-subscribes GPUs.
 if "gpu" not in workflow.global_resources:
     workflow.register_resource("gpu", HOST_GPUS)
+elif HOST_GPUS == 0 and workflow.is_main_process:
+    _cap = workflow.global_resources["gpu"]
+    print(f"gpulab: --resources gpu={getattr(_cap, 'value', _cap)} but this host has no GPU to use "
+          f"(devices.backend={BACKEND}): every stage runs on CPU, on "
+          f"{config['devices']['cpu_devices']} virtual devices", file=sys.stderr)
 
 # Host sharing (config quiet_host): a CPU-heavy job takes every `host_quiet` unit, a
 # timing-sensitive job one, so the two never run at once while timing jobs still run side by side.

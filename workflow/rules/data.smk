@@ -29,3 +29,14 @@ rule data_train:
     shell:
         f"{PY} {SCRIPTS}/data_train.py --payload {{params.payload:q}} "
         "--digits {output.digits} --tabular {output.tabular} 2>&1 | tee {log}"
+
+
+# The user's own files (config data.inputs) are inputs of the data rule (its spec's config_inputs),
+# so replacing one reruns it; their headers/shapes are checked now, so a bad one stops the run
+# before any benchmark starts.
+try:
+    from gpulab.data.stage import external_inputs
+
+    external_inputs(config["data"])
+except ValueError as exc:
+    raise WorkflowError(f"config data.inputs: {exc}") from None

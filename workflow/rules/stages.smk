@@ -13,6 +13,7 @@ for _spec in gpulab_stages.STAGES.values():
         input:
             **stage_inputs(_spec.name),
             **{k: _spec.path(t, HOST) for k, t in _spec.inputs.items()},
+            **(_spec.config_inputs(config) if _spec.config_inputs else {}),
         output:
             h5=stage_result(_spec),
             **{k: stage_output(_spec, k, t) for k, t in _spec.outputs.items()},
@@ -24,6 +25,7 @@ for _spec in gpulab_stages.STAGES.values():
             entry=stage_entry(_spec.name),
             args=stage_args(_spec),
             slots=gpus_for(_spec.name),
+        priority: _spec.priority
         threads: stage_threads(_spec)
         resources:
             **(slurm_resources(_spec.name) if _spec.multiprocess else {"gpu": gpus_for(_spec.name)}),

@@ -102,7 +102,8 @@ def _fraction_figure(df: pd.DataFrame, figs: Figures) -> str:
     ax.axvline(1.0, color="k", lw=0.8, ls="--")
     ax.set_xlabel("measured / reference")
     ax.set_ylabel("")
-    ax.legend(fontsize=7, loc="lower right")
+    # Beside the axes: inside, it covered the bar of whichever stage sorted last.
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     return figs.figure(fig, "Measured figures as a fraction of their reference (dashed line = 1: "
                             "equal to the reference). Reference sources as in the legend; each "
                             "stage's counting convention as in its methods section.")

@@ -33,7 +33,28 @@ def load_config(section: dict) -> dict:
     if bad:
         raise cfgmod.ConfigError(f"train.pipeline_batch={cfg['pipeline_batch']} is not divisible "
                                  f"by train.microbatches {bad}")
+    g = cfg["gpt"]
+    if g["d_model"] % g["n_heads"]:
+        raise cfgmod.ConfigError(f"train.gpt.d_model={g['d_model']} is not a multiple of "
+                                 f"train.gpt.n_heads={g['n_heads']}")
     return cfg
+
+
+def parallel_degree(variant: str, cfg: dict, n: int) -> tuple[int, str]:
+    """Ranks a model-parallel variant can use on ``n`` devices, and why it uses fewer.
+
+    Tensor parallel splits attention heads (and the 4 x d_model MLP) evenly: the largest divisor of
+    n_heads that is <= n. Pipeline parallel needs a layer per stage: at most n_layers + 2 stages
+    (embedding, blocks, head).
+    """
+    g = cfg["gpt"]
+    if variant == "tensor":
+        d = max(k for k in range(1, n + 1) if g["n_heads"] % k == 0)
+        why = f"n_heads={g['n_heads']} splits evenly over {d} of the {n} devices"
+    else:
+        d = min(n, g["n_layers"] + 2)
+        why = f"TinyGPT has {g['n_layers'] + 2} layers: at most {d} pipeline stages on {n} devices"
+    return d, ("" if d == n else why)
 
 
 def run(ctx: StageContext):
@@ -83,15 +104,21 @@ def run(ctx: StageContext):
 def _model_parallel(ctx, res, cfg, kind, n, checks: list) -> list[Bar]:
     """Pipeline / tensor parallel. On one device there is nothing to split: the variant still runs
     (one stage / a mesh of one) to exercise the code path, and its bars say 'not applicable'."""
-    ranks = _launch(ctx, ctx.variant, cfg, n)
+    used, why = parallel_degree(ctx.variant, cfg, n)
+    if why:
+        log.info("train/%s: %d of %d devices (%s)", ctx.variant, used, n, why)
+        res.add_table(outcomes.NOT_APPLICABLE, outcomes.not_applicable_frame(
+            [outcomes.NotApplicable(f"{ctx.variant} parallel over all {n} devices", why)]))
+    res.attrs["parallel_degree"] = used
+    ranks = _launch(ctx, ctx.variant, cfg, used)
     launch.record_placement(res, ranks)
     rows = [r for rk in ranks for r in rk["rows"]]
     if ctx.variant == "pipeline":
-        agg, rows_checked, bars = tables.pipeline_tables(rows, cfg, kind, n)
+        agg, rows_checked, bars = tables.pipeline_tables(rows, cfg, kind, used)
         _add(res, "pipeline_ranks", rows)
     else:
         agg, rows_checked, bars = tables.tensor_tables(rows, [rk["checks"] for rk in ranks], cfg,
-                                                       kind, n)
+                                                       kind, used)
     res.add_table(ctx.variant, agg, units=tables.units_for(agg))
     checks += rows_checked
     return bars

@@ -2,11 +2,20 @@
 trained with ``torch.distributed.pipelining`` under the GPipe and 1F1B schedules, swept over the
 number of micro-batches m. The bubble is measured and set against GPipe's (p-1)/(m+p-1).
 
-Measured bubble of a rank = 1 - busy / step, where busy = m x (forward + backward time of that
-rank's stage on one micro-batch, timed alone) and step = the schedule's step time. Communication
-and scheduling overhead therefore count as bubble.
+Measured bubble of a rank = 1 - busy / step, where busy is the time this rank spent inside its
+stage's forward, loss and backward calls *during the timed steps themselves*, and step is the
+schedule's step time. Busy is a sum of disjoint sub-intervals of the step, so the bubble lies in
+[0, 1); communication and scheduling overhead count as bubble. For GPipe every rank's bubble is at
+least (p-1)/(m+p-1) when the stages are balanced, and more when they are not.
+
+Why not time the stage alone (as this did before): the stage's forward+backward run alone, after
+the sweep and with one warm-up call, on other threads' leftovers, has little to do with what the
+same call costs inside the schedule; on a shared 2-core host it came out several times longer
+than a whole step, so busy > step and every bubble was negative (-8.3 ... -0.4).
 """
 from __future__ import annotations
+
+import time
 
 import torch
 import torch.distributed as dist
@@ -54,28 +63,58 @@ def check(ctx, cfg, gcfg, schedule, m, x, y) -> dict:
     return {"grad_rel_err": err, "loss_rel_err": loss_err}
 
 
-def stage_busy(ctx, cfg, gcfg, mod, mb: int) -> timing.Stats:
-    """Forward + backward of this rank's stage alone on one micro-batch (no communication)."""
-    dev, p, rank = ctx.device, ctx.world_size, ctx.rank
-    g = torch.Generator().manual_seed(cfg["seed"] + rank)
-    if rank == 0:
-        inp = torch.randint(gcfg.vocab, (mb, gcfg.seq_len), generator=g).to(dev)
-    else:
-        inp = torch.randn(mb, gcfg.seq_len, gcfg.d_model, generator=g).to(dev).requires_grad_()
-    tgt = torch.randint(gcfg.vocab, (mb, gcfg.seq_len), generator=g).to(dev)
+class BusyClock:
+    """Time spent in this rank's compute calls of the schedule (forward, loss, backward).
 
-    def fb():
-        out = mod(inp)
-        if rank == p - 1:
-            models.lm_loss(out, tgt).backward()
-        else:
-            out.backward(torch.ones_like(out))
+    Host clock on CPU; CUDA events on the current stream on GPUs (resolved after the step's sync),
+    so the sum never includes time the stream sat waiting for a receive.
+    """
 
-    def clear():
-        mod.zero_grad(set_to_none=True)
+    def __init__(self, ctx, stage, sched):
+        self.cuda = ctx.is_cuda
+        self.steps: list[list] = []
+        self.on = False
+        for obj, name in ((stage, "forward_one_chunk"), (stage, "backward_one_chunk"),
+                          (sched, "_maybe_compute_loss")):
+            self._wrap(obj, name)
 
-    return timing.measure(fb, warmup=cfg["warmup"], repeats=cfg["repeats"],
-                          device=dev if ctx.is_cuda else None, setup=clear)
+    def _wrap(self, obj, name):
+        fn = getattr(obj, name)
+
+        def timed(*args, **kwargs):
+            if not self.on:
+                return fn(*args, **kwargs)
+            if self.cuda:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                out = fn(*args, **kwargs)
+                end.record()
+                self.steps[-1].append((start, end))
+            else:
+                t0 = time.perf_counter()
+                out = fn(*args, **kwargs)
+                self.steps[-1].append(time.perf_counter() - t0)
+            return out
+
+        setattr(obj, name, timed)
+
+    def start_step(self):
+        self.on = True
+        self.steps.append([])
+
+    def stop_step(self):
+        self.on = False
+
+    def busy(self, last: int) -> list[float]:
+        """Busy seconds of each of the ``last`` steps."""
+        out = []
+        for spans in self.steps[-last:]:
+            if self.cuda:
+                torch.cuda.synchronize()
+                out.append(sum(s.elapsed_time(e) for s, e in spans) / 1e3)
+            else:
+                out.append(sum(spans))
+        return out
 
 
 def worker(ctx: launch.WorkerContext, payload: dict) -> dict:
@@ -94,13 +133,16 @@ def worker(ctx: launch.WorkerContext, payload: dict) -> dict:
                 continue
             chk = check(ctx, cfg, gcfg, schedule, m, *batches[0])
             mod, sched, opt = build(cfg, gcfg, ctx, schedule, m)
+            clock = BusyClock(ctx, sched._stage, sched)
             it = iter(range(10**9))
             last_losses: list = []
 
             def step():
                 nonlocal last_losses
                 x, y = batches[next(it) % len(batches)]
+                clock.start_step()
                 last_losses = run_schedule(ctx, sched, x, y)
+                clock.stop_step()
 
             def between():  # untimed: apply the update, line the ranks up
                 opt.step()
@@ -111,11 +153,14 @@ def worker(ctx: launch.WorkerContext, payload: dict) -> dict:
             st = timing.measure(step, warmup=cfg["warmup"], repeats=cfg["repeats"],
                                 sync=ctx.sync if ctx.is_cuda else None, setup=between)
             peak = loop.peak_bytes(ctx.device)
-            busy = stage_busy(ctx, cfg, gcfg, mod, B // m)
+            busy = clock.busy(st.n)
+            # Per timed step, then the median: busy and step of the same step belong together.
+            bubbles = sorted(1 - b / t for b, t in zip(busy, st.samples))
+            busy_med = sorted(busy)[len(busy) // 2]
             rows.append({**base, "step_s_median": st.median, "step_s_min": st.min,
                          "step_s_max": st.max, "repeats": st.n, "samples_per_s": B / st.median,
-                         "stage_fb_s": busy.median, "busy_s": m * busy.median,
-                         "bubble_measured": 1 - m * busy.median / st.median,
+                         "stage_fb_s": busy_med / m, "busy_s": busy_med,
+                         "bubble_measured": bubbles[len(bubbles) // 2],
                          "bubble_gpipe": loop.gpipe_bubble(p, m), "peak_mem_bytes": peak,
                          "loss": float(torch.stack(last_losses).mean()) if last_losses else float("nan"),
                          **chk, "note": ""})

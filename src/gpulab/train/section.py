@@ -41,10 +41,11 @@ ranks' batches, in float64, from the same initialisation; each rank's loss is a 
 local batch and DDP averages gradients, so the update equals the global-batch mean loss (with a
 sum loss DDP would still average, giving 1/N of the single-device gradient). Pipeline: TinyGPT's
 layers split into p contiguous stages (<code>torch.distributed.pipelining</code>, GPipe and 1F1B,
-gradients averaged over the m micro-batches); measured bubble of a rank = 1 &minus; m &times;
-t<sub>fb</sub> / t<sub>step</sub>, with t<sub>fb</sub> the stage's forward+backward on one
-micro-batch timed alone, averaged over ranks and compared with GPipe's (p&minus;1)/(m+p&minus;1);
-communication and scheduling overhead count as bubble. Tensor parallel: column-parallel q/k/v and
+gradients averaged over the m micro-batches); measured bubble of a rank = 1 &minus;
+t<sub>busy</sub> / t<sub>step</sub>, with t<sub>busy</sub> the time the rank spent in its stage's
+forward, loss and backward calls within the same timed step (so 0 &le; bubble &lt; 1), averaged over
+ranks and compared with GPipe's (p&minus;1)/(m+p&minus;1); communication and scheduling overhead
+count as bubble. Tensor parallel: column-parallel q/k/v and
 first MLP layer, row-parallel output projections (Megatron-style) on a 1-D DeviceMesh; its loss and
 full gradients are compared with the unsplit model (float32, relative to the largest value).
 On CPU the virtual devices are gloo processes sharing the same cores, and nn.DataParallel,
@@ -167,7 +168,7 @@ def _pipeline(pairs, figs: Figures) -> list[str]:
     ax.set_xlabel("micro-batches m")
     ax.set_ylabel("bubble (idle fraction)")
     ax.legend(fontsize=7)
-    out = [figs.figure(fig, "Pipeline bubble: measured idle fraction (1 - m t_fb / t_step, mean "
+    out = [figs.figure(fig, "Pipeline bubble: measured idle fraction (1 - t_busy / t_step, mean "
                             "over stages) against GPipe's formula, by schedule and micro-batches.")]
     cols = ["system", "schedule", "stages", "microbatches", "micro_batch", "samples_per_s",
             "step_s_median", "bubble_measured", "bubble_gpipe", "peak_mem_bytes", "grad_rel_err",

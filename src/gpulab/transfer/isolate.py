@@ -11,8 +11,12 @@ import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Callable
 
+from gpulab import lifetime
+
 
 def run_isolated(fn: Callable[..., Any], *args, **kwargs) -> Any:
     """``fn(*args, **kwargs)`` in a new spawned process; its exception is re-raised here."""
-    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as ex:
+    # die_with_parent: a killed stage must not leave this process holding a CUDA context.
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=lifetime.die_with_parent) as ex:
         return ex.submit(fn, *args, **kwargs).result()

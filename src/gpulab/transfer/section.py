@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -93,12 +94,16 @@ def _heatmaps(f: Path, names: list[str], figs: Figures, what: str, fmt: str) -> 
     cols = min(4 if size <= 4 else 2, len(present))
     rws = math.ceil(len(present) / cols)
     cell = min(0.9, 5.0 / size)  # inches per matrix cell: 8 GPUs still fit the page
-    fig, axes = plt.subplots(rws, cols, figsize=(cols * (1.6 + cell * size), rws * (1.3 + cell * size)),
+    width = 1.6 + cell * size
+    # Titles wrap to their panel (about 16 characters per inch at 7 pt): one-GPU panels are narrow.
+    titles = [textwrap.fill(meta.get("title", ""), max(12, int(width * 16))) for _, meta in mats]
+    lines = max(t.count("\n") + 1 for t in titles)
+    fig, axes = plt.subplots(rws, cols, figsize=(cols * width, rws * (1.2 + 0.15 * lines + cell * size)),
                              squeeze=False)
-    for ax, (m, meta) in zip(axes.flat, mats):
+    for ax, (m, meta), title in zip(axes.flat, mats, titles):
         sns.heatmap(pd.DataFrame(m, index=meta["rows"], columns=meta["cols"]), annot=True, fmt=fmt,
                     cbar=False, cmap="viridis", ax=ax, annot_kws={"size": 8})
-        ax.set_title(meta.get("title", ""), fontsize=7)
+        ax.set_title(title, fontsize=7)
         ax.set_xlabel("destination")
         ax.set_ylabel("source")
     for ax in list(axes.flat)[len(mats):]:
