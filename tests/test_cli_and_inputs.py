@@ -13,9 +13,10 @@ pytestmark = pytest.mark.e2e
 ENV = {"GPULAB_HOST": "testhost", "GPULAB_GPU_POOL": ""}
 
 
-def _readme_command(start: str) -> list[str]:
-    """A command of the README's code blocks (continuation lines joined), as argv."""
+def _readme_command(start: str, section: str = "## Clusters") -> list[str]:
+    """A command of the README's code blocks in ``section`` (continuation lines joined), as argv."""
     text = REPO.joinpath("README.md").read_text().replace("\\\n", " ")
+    text = text[text.index(section):]
     line = next(ln for ln in text.splitlines() if ln.strip().startswith(start))
     return shlex.split(line.split("  #")[0])
 

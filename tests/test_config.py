@@ -54,11 +54,11 @@ def test_command_line_values_get_yaml_types_and_errors_name_the_command_line():
     cfg = config.load([REPO / "config.yaml"])
     typed = config.apply_overrides(cfg, {"devices": {"gpus": "8", "backend": "cpu"}, "host_label": "n1"})
     assert cfg["devices"]["gpus"] == 8 and cfg["devices"]["cpu_devices"] == 2 and cfg["host_label"] == "n1"
-    config.validate(cfg, config.DEFAULT_SCHEMA, [REPO / "config.yaml"], command_line=typed)
+    config.validate(cfg, None, [REPO / "config.yaml"], command_line=typed)
     typed = config.apply_overrides(cfg, {"devices": {"gpus": "eight"}})
     with pytest.raises(config.ConfigError, match=r"^invalid configuration:\n  command line \(--config\): "
                                                    r"key 'devices.gpus'"):
-        config.validate(cfg, config.DEFAULT_SCHEMA, [REPO / "config.yaml"], command_line=typed)
+        config.validate(cfg, None, [REPO / "config.yaml"], command_line=typed)
 
 
 def test_wrong_enum_says_what_was_expected(tmp_path):

@@ -220,6 +220,8 @@ def test_gemm_honours_devices_nodes_on_two_loopback_nodes(tmp_path):
                                {"backend": "cpu", "cpu_devices": 1, "nodes": nodes},
                                tmp_path / f"node{rank}.h5")
             outs[rank] = results.write(runner.run(ctx), ctx.out)
+        except launch.NotResultNode:  # node 1: node 0 holds every rank's rows and alone writes
+            outs[rank] = None
         except BaseException as exc:  # surfaced below
             errors.append(exc)
 
@@ -229,13 +231,12 @@ def test_gemm_honours_devices_nodes_on_two_loopback_nodes(tmp_path):
     for t in threads:
         t.join(320)
     assert not errors, errors
-    a0, a1 = results.read_attrs(outs[0]), results.read_attrs(outs[1])
-    assert (a0["world_size"], a0["nnodes"], a1["node_rank"]) == (2, 2, 1)
+    a0 = results.read_attrs(outs[0])
+    assert (a0["world_size"], a0["nnodes"]) == (2, 2) and outs[1] is None
     multi = results.read_table(outs[0], "multi")
     assert set(multi["P"]) == {1, 2} and (multi["rel_error"] <= multi["bound"]).all()
-    assert a0["verdict"] == "pass" and a1["verdict"] == "pass"
-    na1 = results.read_table(outs[1], "not_applicable")
-    assert "multi-device rows" in set(na1["what"])
+    assert a0["verdict"] == "pass"
+    assert set(results.read_table(outs[0], "placement")["node_rank"]) == {0, 1}
 
 
 def test_report_section_renders_figures_tables_and_headlines(stage_result):

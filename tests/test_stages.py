@@ -23,7 +23,7 @@ PLOTTING = ("matplotlib", "seaborn")
 def test_top_level_schema_has_a_property_per_registered_stage_and_no_other():
     sch = config.schema()
     assert set(stages.STAGES) <= set(sch["properties"])
-    assert set(sch["properties"]) - set(stages.STAGES) == {"host_label", "devices", "report", "quiet_host"}
+    assert set(sch["properties"]) - set(stages.STAGES) == {"host_label", "devices", "report", "quiet_host", "fleet"}
     assert sch["$defs"]["stage_name"]["enum"] == stages.ORDER
     cfg = config.validate({})
     assert all(isinstance(cfg[s], dict) for s in stages.STAGES)  # each section got its defaults

@@ -48,7 +48,7 @@ def _overlap(a, b) -> bool:
 
 
 def test_one_gpu_heatmap_titles_do_not_overlap(tmp_path):
-    from gpulab.report.sections import transfer as sec
+    from gpulab.transfer import section as sec
     from gpulab.transfer.matrices import matrix_title
 
     r = results.Result("transfer", "main", {}, "cuda")

@@ -100,6 +100,14 @@ def torchrun_cmd(module: str, args: list[str], nproc: int, node: NodeSpec = Node
     return cmd + ["-m", module, *args]
 
 
+class MultiNodeFailure(LaunchError):
+    """A launch over several nodes failed: the job ends with the node named and writes nothing."""
+
+
+def spans_nodes(exc: BaseException) -> bool:
+    return isinstance(exc, MultiNodeFailure)
+
+
 class NotResultNode(LaunchError):
     """This node took part in a multi-node run but does not hold the results: node 0 writes them."""
 
@@ -202,7 +210,8 @@ def run_workers(module: str, payload: Mapping[str, Any], nproc: int, *, node: No
                 raise LaunchError(f"{module} on {nproc} rank(s) ran past {timeout:.0f} s") from None
             raise
         if p.returncode != 0:
-            raise LaunchError(failure_message(module, nproc, node, p.returncode, stdout, stderr))
+            err = MultiNodeFailure if node.nnodes > 1 else LaunchError
+            raise err(failure_message(module, nproc, node, p.returncode, stdout, stderr))
         results = collect(Path(tmp), module, node)
         if len(results) != nproc * node.nnodes:
             raise LaunchError(f"{module}: expected {nproc * node.nnodes} rank results, "

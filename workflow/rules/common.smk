@@ -205,3 +205,26 @@ def slurm_resources(stage):
     if gpus:
         res["gres"] = f"gpu:{gpus}"
     return res
+
+
+# Fleet health jobs (fleet.smk): where a node's health results land, and its per-stage commands.
+
+def _stage_of(path):
+    return Path(path).parts[1]
+
+
+def node_results(node):
+    """The health results of one node, where the per-stage rules would put them for that host."""
+    return {
+        "probe": f"results/probe/{node}.h5",
+        "transfer": f"results/transfer/{node}/main.h5",
+        "collectives": f"results/collectives/{node}/default.h5",
+        "gemm": f"results/gemm/{node}/main.h5",
+    }
+
+
+def fleet_node_cmd(stage):
+    """One health stage of a node job (fleet.smk), its payload a param of that job."""
+    variant = "default" if stage == "collectives" else "main"
+    return (f"{SLOT} --gpus {{resources.gpu}} -- {PY} {SCRIPTS}/{stage}.py "
+            f"--payload {{params.{stage}:q}} --variant {variant} --out {{output.{stage}}}")

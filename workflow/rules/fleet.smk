@@ -6,18 +6,6 @@ FLEET = config["fleet"]
 HEALTH_STAGES = ["probe", "transfer", "collectives", "gemm"]
 
 
-def _stage_of(path):
-    return Path(path).parts[1]
-
-
-def node_results(node):
-    """The health results of one node, where the per-stage rules would put them for that host."""
-    return {
-        "probe": f"results/probe/{node}.h5",
-        "transfer": f"results/transfer/{node}/main.h5",
-        "collectives": f"results/collectives/{node}/default.h5",
-        "gemm": f"results/gemm/{node}/main.h5",
-    }
 
 
 # Cluster mode: the fleet is the listed nodes, each measured by one job pinned to it; the host that
@@ -43,11 +31,6 @@ rule health:
 
 if FLEET_NODES:
 
-    def _node_cmd(stage):
-        variant = "default" if stage == "collectives" else "main"
-        return (f"{SLOT} --gpus {{resources.gpu}} -- {PY} {SCRIPTS}/{stage}.py "
-                f"--payload {{params.{stage}:q}} --variant {variant} --out {{output.{stage}}}")
-
     # One job per node, pinned to it with --nodelist; the stage scripts label results with
     # GPULAB_HOST so they land under results/<stage>/<node>/ like a local run of that node.
     rule health_node:
@@ -67,7 +50,7 @@ if FLEET_NODES:
             "results/logs/health/{node}.log",
         shell:
             "( export GPULAB_HOST={wildcards.node} && "
-            + " && ".join(_node_cmd(s) for s in HEALTH_STAGES)
+            + " && ".join(fleet_node_cmd(s) for s in HEALTH_STAGES)
             + " ) 2>&1 | tee {log}"
 
     # A listed node that is also this host: its own job, not the per-stage rules.
@@ -87,9 +70,12 @@ rule fleet:
     params:
         args=f"--threshold {FLEET['z_threshold']} --mad-floor {FLEET['mad_floor']} "
              f"--min-hosts {FLEET['min_hosts']}",
+        py=PY,
+    log:
+        "results/logs/fleet/fleet.log",
     shell:
-        "{PY} -m gpulab.cli fleet --results-dir results {params.args} --csv {output.csv} "
-        "| tee {output.txt}"
+        "{params.py} -m gpulab.cli fleet --results-dir results {params.args} --csv {output.csv} "
+        "2> {log} | tee {output.txt}"
 
 
 RESULTS_NO_JSON = [p for p in STAGE_RESULTS if p != BASELINE_JSON]
@@ -103,8 +89,13 @@ if BASELINE:
             RESULTS_NO_JSON,
         output:
             f"baselines/{BASELINE}.yaml",
+        params:
+            py=PY, name=BASELINE, host=HOST,
+        log:
+            f"results/logs/baseline/{HOST}/save.log",
         shell:
-            "{PY} -m gpulab.cli baseline save {BASELINE} --results-dir results --host {HOST}"
+            "{params.py} -m gpulab.cli baseline save {params.name} --results-dir results "
+            "--host {params.host} 2>&1 | tee {log}"
 
     rule baseline_json:
         input:
@@ -112,18 +103,26 @@ if BASELINE:
             baseline=f"baselines/{BASELINE}.yaml",
         output:
             BASELINE_JSON,
+        params:
+            py=PY, name=BASELINE, host=HOST, tolerance=FLEET["tolerance"],
+        log:
+            f"results/logs/baseline/{HOST}/json.log",
         shell:
-            "{PY} -m gpulab.cli compare {BASELINE} --results-dir results --host {HOST} "
-            f"--tolerance {FLEET['tolerance']} --json {{output}} --exit-zero --changes-only"
+            "{params.py} -m gpulab.cli compare {params.name} --results-dir results --host {params.host} "
+            "--tolerance {params.tolerance} --json {output} --exit-zero --changes-only 2>&1 | tee {log}"
 
     # `snakemake compare --config 'fleet={"baseline": "NAME"}'`: fails on a regression (cron, CI).
     # No output, so it runs every time it is asked for.
     rule compare:
         input:
             BASELINE_JSON,
+        params:
+            py=PY, name=BASELINE, host=HOST, tolerance=FLEET["tolerance"],
+        log:
+            f"results/logs/baseline/{HOST}/compare.log",
         shell:
-            "{PY} -m gpulab.cli compare {BASELINE} --results-dir results --host {HOST} "
-            f"--tolerance {FLEET['tolerance']}"
+            "{params.py} -m gpulab.cli compare {params.name} --results-dir results --host {params.host} "
+            "--tolerance {params.tolerance} 2>&1 | tee {log}"
 
 else:
     _NO_BASELINE = ("gpulab: name the baseline: --config 'fleet={\"baseline\": \"NAME\"}' "
@@ -132,11 +131,15 @@ else:
     rule baseline_save:
         params:
             why=_NO_BASELINE,
+        log:
+            "results/logs/baseline/baseline_save-unnamed.log",
         shell:
             "echo {params.why:q} >&2; exit 1"
 
     rule compare:
         params:
             why=_NO_BASELINE,
+        log:
+            "results/logs/baseline/compare-unnamed.log",
         shell:
             "echo {params.why:q} >&2; exit 1"

@@ -123,6 +123,10 @@ def run(ctx: StageContext):
         except launch.NotResultNode:
             raise  # a node other than 0 of a run started by hand: node 0 writes the result
         except launch.LaunchError as exc:
+            # Across nodes a failure ends the whole job with the node named and no result file
+            # (one node's partial view is not a result); on one node the crash is a failed check.
+            if launch.spans_nodes(exc):
+                raise
             log.error("gemm: the multi-device launch failed: %s", exc)
             checks.append(Check.crashed(f"{transport} launch, P in {runnable}", exc))
     for p in ranks:
@@ -140,9 +144,6 @@ def run(ctx: StageContext):
                "a one-node setting (NCCL_P2P_DISABLE between the GPUs of a node)"
                if node.nnodes > 1 else "disabled in config (gemm.p2p_off)")
         skipped.append(NotApplicable("NCCL P2P disabled", why))
-    if node.node_rank > 0:
-        skipped.append(NotApplicable("multi-device rows", "recorded in node 0's result "
-                                                          "(global rank 0 gathers them)"))
 
     single_df, multi_df = pd.DataFrame(single_rows), pd.DataFrame(multi_rows)
     checks = [single.error_check(r, "single") for r in single_rows] + [
