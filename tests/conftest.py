@@ -64,3 +64,19 @@ def job_counts(out: str) -> dict[str, int]:
             elif parts and parts[0] == "total":
                 break
     return counts
+
+
+def marked_processes(mark: str):
+    """Every live process started under a test's GPULAB_TEST_MARK (workers included: they inherit
+    it), for the tests that check no process outlives its job."""
+    import psutil
+
+    out = []
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if p.pid != os.getpid() and p.environ().get("GPULAB_TEST_MARK") == mark \
+                    and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out

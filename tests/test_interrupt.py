@@ -14,7 +14,7 @@ import psutil
 import pytest
 import yaml
 
-from conftest import REPO, copy_workflow, planned_rules, snakemake
+from conftest import REPO, copy_workflow, marked_processes, planned_rules, snakemake
 
 pytestmark = pytest.mark.e2e
 
@@ -51,17 +51,6 @@ def _env(mark: str) -> dict:
     return {**os.environ, "GPULAB_HOST": HOST, "GPULAB_GPU_POOL": "", "GPULAB_TEST_MARK": mark}
 
 
-def _marked(mark: str) -> list[psutil.Process]:
-    """Every live process started under this test's marker (workers included: they inherit it)."""
-    out = []
-    for p in psutil.process_iter(["pid"]):
-        try:
-            if p.pid != os.getpid() and p.environ().get("GPULAB_TEST_MARK") == mark \
-                    and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except psutil.Error:
-            continue
-    return out
 
 
 def _wait_for(cond, timeout: float, what: str):
@@ -83,7 +72,7 @@ def _interrupt(wf, target: str, worker: str, how: str, mark: str) -> None:
                           stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         # Ranks that cannot react (blocked in a collective) are tests/test_lifetime.py's part.
-        _wait_for(lambda: [p for p in _marked(mark) if worker in " ".join(p.cmdline())], 240,
+        _wait_for(lambda: [p for p in marked_processes(mark) if worker in " ".join(p.cmdline())], 240,
                   f"{worker} to start")
         if how == "SIGINT":  # Ctrl-C: the terminal signals the whole foreground process group
             os.killpg(sm.pid, signal.SIGINT)
@@ -93,13 +82,13 @@ def _interrupt(wf, target: str, worker: str, how: str, mark: str) -> None:
         left = []
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
-            left = _marked(mark)
+            left = marked_processes(mark)
             if not left:
                 break
             time.sleep(0.5)
         assert not left, f"after {how}: still running: {[' '.join(p.cmdline())[:120] for p in left]}"
     finally:
-        for p in _marked(mark):  # never leak processes into the rest of the suite
+        for p in marked_processes(mark):  # never leak processes into the rest of the suite
             p.kill()
         if sm.poll() is None:
             sm.kill()
@@ -116,7 +105,7 @@ def test_interrupted_run_leaves_nothing_and_a_plain_rerun_finishes(tmp_path, how
     p = snakemake(wf, "--cores", "2", target, env=_env(mark))
     assert (wf / target).exists(), p.stderr[-3000:]
     assert planned_rules(wf, target, env=_env(mark)) == {}
-    assert not _marked(mark)
+    assert not marked_processes(mark)
 
 
 @pytest.mark.parametrize("stage,variant", [("collectives", "default"), ("train", "tensor")])
@@ -145,12 +134,12 @@ def test_ctrl_c_during_a_multi_process_stage_leaves_no_process(tmp_path, stage, 
         env={**_env(mark), "GPULAB_SLOT_DIR": str(tmp_path)}, start_new_session=True,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait_for(lambda: [p for p in _marked(mark) if f"gpulab.{stage}.worker" in " ".join(p.cmdline())],
+        _wait_for(lambda: [p for p in marked_processes(mark) if f"gpulab.{stage}.worker" in " ".join(p.cmdline())],
                   240, f"{stage} ranks to start")
         os.killpg(job.pid, signal.SIGINT)
         assert job.wait(timeout=60) != 0
-        left = _wait_for(lambda: not _marked(mark) or None, 20, "every process of the job to end")
+        left = _wait_for(lambda: not marked_processes(mark) or None, 20, "every process of the job to end")
         assert left is True
     finally:
-        for p in _marked(mark):
+        for p in marked_processes(mark):
             p.kill()

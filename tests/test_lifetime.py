@@ -12,30 +12,20 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import FIXTURES, REPO
+from conftest import FIXTURES, REPO, marked_processes
 
 
-def _marked(mark: str) -> list[psutil.Process]:
-    out = []
-    for p in psutil.process_iter():
-        try:
-            if p.pid != os.getpid() and p.environ().get("GPULAB_TEST_MARK") == mark \
-                    and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except psutil.Error:
-            continue
-    return out
 
 
 def _gone_within(mark: str, seconds: float) -> list[str]:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        left = _marked(mark)
+        left = marked_processes(mark)
         if not left:
             return []
         time.sleep(0.2)
-    left = [" ".join(p.cmdline())[:100] for p in _marked(mark)]
-    for p in _marked(mark):
+    left = [" ".join(p.cmdline())[:100] for p in marked_processes(mark)]
+    for p in marked_processes(mark):
         p.kill()
     return left
 
@@ -75,7 +65,7 @@ def test_slot_holder_takes_its_command_with_it(tmp_path, how):
     mark = uuid.uuid4().hex
     slot = subprocess.Popen([sys.executable, "-m", "gpulab.slots", "--gpus", "0", "--", "sleep", "300"],
                             env=_env(mark, GPULAB_SLOT_DIR=str(tmp_path)))
-    _until(lambda: any(p.name() == "sleep" for p in _marked(mark)))
+    _until(lambda: any(p.name() == "sleep" for p in marked_processes(mark)))
     slot.send_signal(getattr(signal, how))
     rc = slot.wait(timeout=30)
     assert _gone_within(mark, 10) == []
@@ -90,7 +80,7 @@ def test_job_stops_when_its_snakemake_process_is_killed(tmp_path):
     owner = subprocess.Popen(
         ["bash", "-c", f"export GPULAB_OWNER_PID=$(hostname):$$; {sys.executable} -m gpulab.slots --gpus 0 "
                        "-- sleep 300; :"], env=_env(mark, GPULAB_SLOT_DIR=str(tmp_path)))
-    _until(lambda: any(p.name() == "sleep" for p in _marked(mark)))
+    _until(lambda: any(p.name() == "sleep" for p in marked_processes(mark)))
     owner.kill()
     owner.wait()
     assert _gone_within(mark, 15) == []
@@ -100,7 +90,7 @@ def test_isolated_phase_dies_with_its_stage():
     mark = uuid.uuid4().hex
     code = "import time; from gpulab.transfer.isolate import run_isolated; run_isolated(time.sleep, 300)"
     stage = subprocess.Popen([sys.executable, "-c", code], env=_env(mark))
-    _until(lambda: len(_marked(mark)) >= 2)  # the stage and its spawned phase
+    _until(lambda: len(marked_processes(mark)) >= 2)  # the stage and its spawned phase
     time.sleep(1)  # past the spawn's start-up, into fn
     stage.kill()
     stage.wait()

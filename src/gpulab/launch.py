@@ -100,15 +100,17 @@ def torchrun_cmd(module: str, args: list[str], nproc: int, node: NodeSpec = Node
     return cmd + ["-m", module, *args]
 
 
-class MultiNodeFailure(LaunchError):
-    """A launch over several nodes failed: the job ends with the node named and writes nothing."""
+class EndsTheJob(Exception):
+    """A launch outcome that ends the stage's job without a result of this node, so the stages'
+    `except LaunchError` (a crash recorded as a failed check) never catches it."""
 
 
-def spans_nodes(exc: BaseException) -> bool:
-    return isinstance(exc, MultiNodeFailure)
+class MultiNodeFailure(EndsTheJob):
+    """A launch over several nodes failed: the job ends with the node named and writes nothing
+    (one node's partial view is not a result)."""
 
 
-class NotResultNode(LaunchError):
+class NotResultNode(EndsTheJob):
     """This node took part in a multi-node run but does not hold the results: node 0 writes them."""
 
 

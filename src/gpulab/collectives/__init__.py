@@ -126,13 +126,7 @@ def run(ctx) -> "results.Result":  # noqa: F821 - gpulab.results.Result
     try:
         ranks = launch.run_workers(WORKER, payload, n, node=node, env=env,
                                    timeout=float(cfg["timeout_s"]), multicast=multicast)
-    except launch.NotResultNode:
-        raise  # a node other than 0 of a run started by hand: node 0 writes the result
     except launch.LaunchError as exc:
-        # Across nodes a failure ends the whole job with the node named and no result file
-        # (one node's partial view is not a result); on one node the crash is a failed check.
-        if launch.spans_nodes(exc):
-            raise
         log.error("collectives/%s: the launch failed: %s", variant.name, exc)
         result.add_table("checks", outcomes.checks_frame(
             [Check.crashed(f"{payload['backend']} launch, variant {variant.name}", exc)]))

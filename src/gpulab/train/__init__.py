@@ -90,13 +90,7 @@ def run(ctx: StageContext):
             bars += tables.ddp_bars(agg, kind, n)
         else:
             bars += _model_parallel(ctx, res, cfg, kind, n, checks)
-    except launch.NotResultNode:
-        raise  # a node other than 0 of a run started by hand: node 0 writes the result
     except launch.LaunchError as exc:
-        # Across nodes a failure ends the whole job with the node named and no result file
-        # (one node's partial view is not a result); on one node the crash is a failed check.
-        if launch.spans_nodes(exc):
-            raise
         log.error("train/%s: the launch failed: %s", ctx.variant, exc)
         checks.append(Check.crashed(f"{ctx.variant} launch on {n} rank(s)", exc))
     res.add_table("checks", outcomes.checks_frame(checks))
