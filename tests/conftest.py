@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,31 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"
 WORKFLOW_PARTS = ["Snakefile", "config.yaml", "profiles", "workflow", "scripts", "src"]
+
+
+def pytest_configure(config):
+    """Every Snakemake start imports the SLURM executor plugin, which asks ``scontrol show config``
+    for the cluster's MinJobAge. On a machine with the SLURM client but no running controller (CI
+    after apt-get install slurm-wlm) that question waits 9-10 s for a timeout, at every start. Tests
+    that are not about SLURM get an ``scontrol`` that says "no controller" at once; the SLURM tests
+    set SLURM_CONF for their own cluster, and then the real scontrol answers."""
+    real = shutil.which("scontrol")
+    if real is None:
+        return
+    shim = Path(tempfile.mkdtemp(prefix="gpulab-test-bin-"))
+    (shim / "scontrol").write_text(
+        "#!/bin/sh\n"
+        '[ -z "$SLURM_CONF" ] && [ "$1" = show ] && [ "$2" = config ] && exit 1\n'
+        f'exec {real} "$@"\n')
+    (shim / "scontrol").chmod(0o755)
+    os.environ["PATH"] = f"{shim}{os.pathsep}{os.environ.get('PATH', '')}"
+    config._gpulab_shim = shim
+
+
+def pytest_unconfigure(config):
+    shim = getattr(config, "_gpulab_shim", None)
+    if shim is not None:
+        shutil.rmtree(shim, ignore_errors=True)
 
 
 def copy_workflow(dest: Path) -> Path:

@@ -121,17 +121,19 @@ def test_sigterm_leaves_no_temporaries(tmp_path):
     out = tmp_path / "res" / "main.h5"
     p = subprocess.Popen([sys.executable, str(REPO / "scripts" / "data.py"), "--config-json",
                           json.dumps({"stage": cfg}), "--out", str(out)],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                         stdout=subprocess.DEVNULL, stderr=(tmp_path / "stderr").open("w"))
     try:
         deadline = time.monotonic() + 120
         while not list((tmp_path / "res").glob(".files.tmp-*/*")):
             assert p.poll() is None and time.monotonic() < deadline, "stage never started writing"
             time.sleep(0.1)
         p.send_signal(signal.SIGTERM)
-        assert p.wait(timeout=60) == 143
+        rc = p.wait(timeout=60)
+        assert rc == 143, (tmp_path / "stderr").read_text()[-3000:]
     finally:
         p.kill()
     assert list((tmp_path / "res").iterdir()) == []
+    assert "stopped by SIGTERM" in (tmp_path / "stderr").read_text()
 
 
 def test_a_loader_returning_other_data_fails_its_round_trip_check(tmp_path):

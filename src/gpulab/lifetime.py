@@ -45,6 +45,38 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
         os.kill(os.getpid(), sig)
 
 
+TERMINATED = 128 + signal.SIGTERM  # the exit status a shell reports for a SIGTERM'd process
+
+
+def unwind_on_sigterm(body) -> int:
+    """Run ``body()`` so that a SIGTERM (how Snakemake stops a job) unwinds it like an exception.
+
+    The ``finally`` blocks and context managers remove the job's temporaries; a second SIGTERM
+    during that cleanup is ignored so the cleanup itself is never cut short. After the unwinding
+    the process leaves with ``os._exit``: native libraries' exit-time teardown (torch's thread
+    pools, HDF5) is what can crash a process stopped mid-work, and there is nothing left to flush
+    but the logs.
+    """
+    def stopped(*_):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise SystemExit(TERMINATED)
+
+    old = signal.signal(signal.SIGTERM, stopped)
+    try:
+        return body()
+    except SystemExit as exc:
+        if exc.code != TERMINATED:
+            raise
+        log.warning("stopped by SIGTERM; temporaries removed")
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(TERMINATED)
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
 def new_group_dying_with_parent() -> None:
     """preexec_fn: own process group (signals reach it once, through the parent) + die with parent."""
     os.setpgid(0, 0)

@@ -8,6 +8,8 @@ parses that, discovers devices, runs the stage's ``run(ctx)`` and writes the ret
 from __future__ import annotations
 
 import argparse
+import contextlib
+import faulthandler
 import json
 import logging
 import os
@@ -139,6 +141,9 @@ def stage_main(stage: str, run: Callable[[StageContext], results.Result], doc: s
                argv: list[str] | None = None,
                extra_args: Callable[[argparse.ArgumentParser], None] | None = None) -> int:
     args = parse_args(stage, doc, argv, extra_args)
+    # A crash in native code (CUDA, NCCL, HDF5) then leaves a Python traceback in the job's log.
+    with contextlib.suppress(OSError, ValueError):  # stderr without a file (pytest capture)
+        faulthandler.enable()
     setup_logging(args.verbose)
     ctx = context_from_args(stage, args)
     log.info("%s/%s: starting (devices visible: %s)", stage, ctx.variant,

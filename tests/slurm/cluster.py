@@ -129,6 +129,9 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
                     os.kill(int(p.read_text().strip()), 15)
                 except (ProcessLookupError, ValueError):
                     pass
+        # A config left in /etc/slurm would make every later scontrol wait for a dead controller.
+        if self.conf.exists() and self.MARK in self.conf.read_text():
+            self.conf.unlink()
 
 
 def namespaces_allowed() -> str | None:
