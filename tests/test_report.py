@@ -18,7 +18,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from gpulab import outcomes, probe, results  # noqa: E402
+from gpulab import limits, outcomes, probe, results  # noqa: E402
 from gpulab.outcomes import Bar  # noqa: E402
 from gpulab.probe import nvsmi  # noqa: E402
 from gpulab.report import browser, build_report, cli, references, sections  # noqa: E402
@@ -160,12 +160,17 @@ def test_p2p_parser_rejects_other_text():
         references.parse_p2p_bandwidth_latency("nvidia-smi: command not found\n")
 
 
-def test_datasheet_limits():
+def test_datasheet_rows_are_the_limits_table():
     h200 = references.datasheet("NVIDIA H200")
-    assert h200["memory_bandwidth"] == (4800.0, "GB/s")
-    assert h200["bf16_dense"][0] == 989.0 and h200["fp32"][0] == 67.0
-    assert references.datasheet("NVIDIA RTX A5000")["fp32"][0] == 27.8
+    assert h200["memory bandwidth"] == (4800.0, "GB/s")
+    assert h200["bf16 dense peak"][0] == limits.peak_tflops("NVIDIA H200", "bf16").value
+    assert h200["NVLink per direction"][0] == 450.0
+    assert references.datasheet("NVIDIA RTX A5000")["fp32 dense peak"][0] == 27.8
     assert references.datasheet("Intel Xeon") == {}
+    ds = references.datasheets()
+    gen5 = ds[ds["gpu"] == "PCIe Gen5 x16"].iloc[0]
+    assert gen5["value"] == pytest.approx(63.0, abs=0.1) and "PCI-SIG" in gen5["source"]
+    assert not ds["source"].eq("").any()
 
 
 def test_references_fraction_is_measured_over_reference():
@@ -224,7 +229,7 @@ def test_comparison_has_bars_references_datasheets_and_a5000(built):
     assert comp.count("copy within 5% of torch") == 2
     assert "synthetic reference" in comp and comp.count("<td>fail</td>") >= 2  # source, verdict shown
     assert "peak bandwidth on gpuhost" in comp and "H200 datasheet" in comp
-    assert "bf16_dense" in comp and "989" in comp and "4800" in comp
+    assert "bf16 dense peak" in comp and "989.5" in comp and "4800" in comp and "PCIe Gen5 x16" in comp
     assert "p2pBandwidthLatencyTest" in comp and "101.7" in comp  # A5000 bidirectional P2P mean
 
 

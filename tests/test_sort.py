@@ -74,7 +74,7 @@ def test_p2p_four_device_schedule_is_pairs_cross_pairs():
 
 
 @pytest.mark.parametrize("alg", ["p2p", "het", "radix"])
-@pytest.mark.parametrize("devices", [1, 2, 3, 4])
+@pytest.mark.parametrize("devices", [1, 2, 3, 4, 5, 6])
 @pytest.mark.parametrize("key_type", ["uint32", "uint64", "float32"])
 def test_algorithms_sort_every_distribution(alg, devices, key_type):
     for i, dist in enumerate(keys.DISTRIBUTIONS):

@@ -314,6 +314,19 @@ def test_tensor_parallel_on_three_devices_uses_the_largest_divisor_of_the_heads(
     assert set(results.read_table(p, "tensor")["devices"]) == {1, 2}
 
 
+@pytest.mark.parametrize("n, tensor, pipeline", [(1, 1, 1), (2, 2, 2), (3, 2, 3), (4, 4, 4),
+                                                  (5, 4, 4), (6, 4, 4), (7, 4, 4), (8, 4, 4)])
+def test_every_device_count_gets_the_largest_valid_degree_and_says_why_it_is_less(n, tensor, pipeline):
+    from gpulab.train import parallel_degree
+
+    gpt = {"gpt": {"n_layers": 2, "n_heads": 4}}  # 4 heads; embedding + 2 blocks + head = 4 stages
+    for variant, want in (("tensor", tensor), ("pipeline", pipeline)):
+        got, why = parallel_degree(variant, gpt, n)
+        assert got == want, (variant, n, got)
+        assert (why == "") == (want == n), why
+        assert not why or f"of the {n} devices" in why or f"on {n} devices" in why
+
+
 def test_config_that_can_never_work_is_rejected_before_running():
     from gpulab import config as cfgmod
     from gpulab.train import load_config, parallel_degree

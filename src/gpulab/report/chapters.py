@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from gpulab import outcomes, results  # noqa: E402
+from gpulab import limits, outcomes, results  # noqa: E402
 from gpulab.report import references as refs  # noqa: E402
 from gpulab.report.html import Figures, esc, note  # noqa: E402
 from gpulab.report.sections import CHECK_STR, CHECK_STR_LIST, Section  # noqa: E402
@@ -170,11 +170,11 @@ def comparison(sections: list[tuple[Section, list[Path]]], files: list[Path],
 
     parts.append(f"<h3>{number}.3 Datasheet limits</h3>")
     ds = refs.datasheets()
-    present = {g for g in ds["gpu"].unique() if any(g.upper() in n.upper() for n in gpu_names)}
+    present = {(limits.model_of(n) or {}).get("model") for n in gpu_names} - {None}
     ds.insert(1, "measured here", ds["gpu"].map(lambda g: "yes" if g in present else "no"))
-    parts.append(figs.table(ds, "Vendor datasheet peaks (dense tensor-core figures; NVLink as the sum "
-                            "of both directions, PCIe per direction). 'measured here': a GPU of this "
-                            "model is among the systems under test.", max_rows=100))
+    parts.append(figs.table(ds, "Vendor datasheet limits (gpulab/limits.yaml; dense tensor-core "
+                            "peaks; NVLink and PCIe per direction, after encoding). 'measured here': "
+                            "a GPU of this model is among the systems under test.", max_rows=100))
 
     parts.append(f"<h3>{number}.4 The seed's RTX A5000 system</h3>")
     parts.append(_a5000_figure(figs))

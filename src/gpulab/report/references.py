@@ -1,6 +1,6 @@
 """Reference figures the report compares measurements with.
 
-- Datasheet limits of the GPUs we care about (peak numbers the vendor states; dense, no sparsity).
+- Datasheet limits of GPU models, as rows for the report (the figures live in gpulab/limits.yaml).
 - The seed's 2x RTX A5000 (NVLink 3) ``p2pBandwidthLatencyTest`` output, parsed into matrices.
 
 Stage sections may use these in their ``references(files)``; the report's comparison chapter shows
@@ -15,44 +15,35 @@ from importlib import resources
 import numpy as np
 import pandas as pd
 
+from gpulab import limits
+
 A5000_P2P_FILE = "p2pBandwidthLatencyTest_a5000.txt"
 A5000_SOURCE = "seed notes: p2pBandwidthLatencyTest, 2x RTX A5000 + NVLink 3"
 
-# Vendor datasheet peaks. Tensor-core numbers are the dense ones (the datasheet's "with sparsity"
-# figures halved). Bandwidth is GB/s = 1e9 B/s; NVLink is the total of both directions over all links,
-# PCIe the per-direction figure of an x16 link.
-_DATASHEET_ROWS = [
-    # gpu, metric, value, unit, note
-    ("H200", "memory_bandwidth", 4800.0, "GB/s", "HBM3e, 141 GB"),
-    ("H200", "bf16_dense", 989.0, "TFLOP/s", "tensor core, dense (1979 with sparsity)"),
-    ("H200", "tf32_dense", 494.0, "TFLOP/s", "tensor core, dense (989 with sparsity)"),
-    ("H200", "fp32", 67.0, "TFLOP/s", "CUDA cores, no tensor cores"),
-    ("H200", "fp64", 34.0, "TFLOP/s", "CUDA cores"),
-    ("H200", "nvlink_bidirectional", 900.0, "GB/s", "NVLink 4, both directions, all 18 links"),
-    ("H200", "pcie_per_direction", 64.0, "GB/s", "PCIe Gen5 x16, one direction"),
-    ("RTX A5000", "memory_bandwidth", 768.0, "GB/s", "GDDR6, 24 GB"),
-    ("RTX A5000", "fp32", 27.8, "TFLOP/s", "CUDA cores"),
-    ("RTX A5000", "nvlink_bidirectional", 112.5, "GB/s", "NVLink 3 bridge, both directions"),
-    ("RTX A5000", "pcie_per_direction", 32.0, "GB/s", "PCIe Gen4 x16, one direction"),
-]
-DATASHEET_SOURCE = "NVIDIA datasheet"
-
-
 def datasheets() -> pd.DataFrame:
-    """All datasheet limits: gpu, metric, value, unit, note, source."""
-    df = pd.DataFrame(_DATASHEET_ROWS, columns=["gpu", "metric", "value", "unit", "note"])
-    df["source"] = DATASHEET_SOURCE
-    return df
+    """Every limit in :mod:`gpulab.limits` (the one table of them) as rows: gpu, metric, value, unit,
+    source; PCIe per direction for an x16 link of each generation."""
+    rows = []
+    for m in limits.table()["models"]:
+        rows.append((m["model"], "memory bandwidth", m.get("memory_gbps"), "GB/s", m["source"]))
+        for dtype, v in (m.get("tflops") or {}).items():
+            rows.append((m["model"], f"{dtype} dense peak", v, "TFLOP/s", m["source"]))
+        rows.append((m["model"], "NVLink per direction", m.get("nvlink_gbps_per_direction"), "GB/s",
+                     m["source"]))
+    for gen in sorted(limits.table()["pcie_gbps_per_lane"]["gen"]):
+        lim = limits.pcie_bandwidth(gen, 16)
+        rows.append((f"PCIe Gen{gen} x16", "per direction", lim.value, "GB/s", lim.source))
+    df = pd.DataFrame(rows, columns=["gpu", "metric", "value", "unit", "source"])
+    return df.dropna(subset=["value"]).reset_index(drop=True)
 
 
 def datasheet(gpu_name: str) -> dict[str, tuple[float, str]]:
     """Datasheet limits of the model named in ``gpu_name`` (e.g. 'NVIDIA H200'), {} if unknown."""
-    name = gpu_name.upper()
-    out = {}
-    for gpu, metric, value, unit, _ in _DATASHEET_ROWS:
-        if gpu.upper() in name:
-            out[metric] = (value, unit)
-    return out
+    m = limits.model_of(gpu_name)
+    if m is None:
+        return {}
+    ds = datasheets()
+    return {r.metric: (float(r.value), r.unit) for r in ds[ds["gpu"] == m["model"]].itertuples()}
 
 
 def parse_p2p_bandwidth_latency(text: str) -> dict[str, pd.DataFrame]:
