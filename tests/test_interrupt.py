@@ -115,6 +115,9 @@ def test_ctrl_c_during_a_multi_process_stage_leaves_no_process(tmp_path, stage, 
     cfg = yaml.safe_load((REPO / "config.yaml").read_text())
     cfg[stage].update(TINY.get(stage, {}))
     cfg["train"].update({"tensor_batches": [4], "warmup": 0, "repeats": 1})
+    # Work that outlasts the interrupt: the tiny sizes finish between seeing a rank and signalling.
+    cfg["collectives"].update({"sizes_bytes": [1 << 20], "repeats": 500, "iters": 20})
+    cfg["train"].update({"repeats": 500})
     extra = []
     if stage == "train":
         from sklearn.datasets import load_digits
