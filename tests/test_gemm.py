@@ -201,6 +201,27 @@ def test_a_crashed_launch_is_a_failed_check_and_fails_the_stage(tmp_path, monkey
     assert "signal 9" in checks[checks["check"] == "ran"]["note"].iloc[0]
 
 
+def test_empty_ranks_measure_the_single_device_only_without_a_launch(tmp_path, monkeypatch):
+    """The health preset's GEMM: one per dtype on one device, no torchrun start."""
+    def no_launch(*args, **kwargs):
+        raise AssertionError("gemm.ranks is empty: nothing may be launched")
+
+    monkeypatch.setattr(runner, "run_multi", no_launch)
+    stage = config.validate({"sizes": [[32, 24, 16]], "dtypes": ["fp32", "bf16"], "ranks": [],
+                             "warmup": 0, "repeats": 2}, GEMM_SCHEMA)
+    import json
+
+    out = tmp_path / "single.h5"
+    payload = json.dumps({"stage": stage, "devices": {"backend": "cpu", "cpu_devices": 2}})
+    assert stage_main("gemm", runner.run, argv=["--config-json", payload, "--out", str(out)]) == 0
+    a = results.read_attrs(out)
+    assert a["verdict"] == "pass" and a["world_size"] == 1
+    assert list(results.read_table(out, "single")["dtype"]) == ["fp32", "bf16"]
+    na = results.read_table(out, "not_applicable").set_index("what")
+    assert "single-device baseline only" in na.loc["multi-device GEMM", "reason"]
+    assert na.loc["NCCL P2P disabled", "reason"] == "gemm.ranks is empty"
+
+
 def test_gemm_honours_devices_nodes_on_two_loopback_nodes(tmp_path):
     """Two torchrun agents as two nodes of one CPU rank each: P=2 spans both nodes."""
     import threading

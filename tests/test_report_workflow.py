@@ -74,3 +74,15 @@ def test_without_chromium_the_html_is_planned_and_the_pdf_says_why(report_run):
     assert "no Chromium found" in out and re.search(r"^report\s+1$", out, re.M)
     p = snakemake(report_run, "--cores", "1", "-f", "results/report/report.pdf", env=env, check=False)
     assert p.returncode != 0 and "apt-get install chromium" in p.stdout + p.stderr
+
+
+def test_report_pdf_false_builds_the_html_only_and_a_pdf_request_says_so(report_run):
+    """The health preset's setting: no Chromium start, and no PDF output in the plan."""
+    cfg = ["--config", "report={pdf: false}"]
+    p = snakemake(report_run, "--cores", "1", "--dry-run", "--forcerun", "report", *cfg, env=ENV)
+    out = p.stdout + p.stderr
+    assert re.search(r"^report\s+1$", out, re.M) and "report.pdf" not in out
+    assert "no Chromium found" not in out
+    p = snakemake(report_run, "--cores", "1", "-f", "results/report/report.pdf", *cfg, env=ENV,
+                  check=False)
+    assert p.returncode != 0 and "report.pdf is false in the config" in p.stdout + p.stderr

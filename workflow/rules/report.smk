@@ -6,12 +6,14 @@ from gpulab import chromium as gpulab_chromium
 REPORT_HTML = "results/report/report.html"
 REPORT_PDF = "results/report/report.pdf"
 REPORT_FIGURES = "results/report/figures"
-REPORT_CHROMIUM = gpulab_chromium.find_chromium()
+REPORT_CHROMIUM = gpulab_chromium.find_chromium() if config["report"]["pdf"] else None
 REPORT_NO_PDF = (
     "gpulab: no Chromium found, so results/report/report.pdf is not built (the HTML report is). "
     "Install it (Debian: apt-get install chromium) or point GPULAB_CHROMIUM at a Chromium binary."
+    if config["report"]["pdf"] else
+    "gpulab: report.pdf is false in the config, so results/report/report.pdf is not built."
 )
-if not REPORT_CHROMIUM:
+if not REPORT_CHROMIUM and config["report"]["pdf"]:
     logger.warning(REPORT_NO_PDF)
 # The report's code: its package, and the section modules stages keep in their own packages.
 REPORT_CODE = sorted(set(stage_code("report")) | {

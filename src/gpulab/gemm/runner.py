@@ -89,7 +89,7 @@ def run(ctx: StageContext):
     threads = max(1, (os.cpu_count() or 1) // n_dev) if kind == "cpu" else None
     precs, skipped = supported(cfg, dev0)
     ranks = sorted({int(p) for p in cfg["ranks"]})
-    nproc = min(n_dev, max(ranks))  # ranks on this node; every node of a job runs as many
+    nproc = min(n_dev, max(ranks, default=1))  # ranks on this node; every node runs as many
     world = nproc * node.nnodes
     result = ctx.new_result(kind, device_name=devices[0].name, n_devices=n_dev,
                             threads_per_device=threads or 0, world_size=world,
@@ -116,6 +116,9 @@ def run(ctx: StageContext):
     runnable = [p for p in ranks if p <= world]
     transport = "nccl" if kind == "cuda" else "gloo"
     multi_rows = []
+    if not ranks:
+        skipped.append(NotApplicable("multi-device GEMM", "gemm.ranks is empty: the single-device "
+                                     "baseline only"))
     if runnable:
         try:
             multi_rows = run_multi(cfg, precs, kind, nproc, threads, transport, runnable, node=node,
@@ -133,7 +136,8 @@ def run(ctx: StageContext):
         except launch.LaunchError as exc:
             checks.append(Check.crashed(f"nccl_p2p_off launch, P={nproc}", exc))
     else:
-        why = ("needs CUDA GPUs (NCCL)" if kind != "cuda" else
+        why = ("gemm.ranks is empty" if not ranks else
+               "needs CUDA GPUs (NCCL)" if kind != "cuda" else
                "needs >= 2 GPUs on one node" if nproc < 2 else
                "a one-node setting (NCCL_P2P_DISABLE between the GPUs of a node)"
                if node.nnodes > 1 else "disabled in config (gemm.p2p_off)")
