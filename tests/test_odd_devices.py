@@ -11,11 +11,12 @@ from gpulab import results
 pytestmark = pytest.mark.e2e
 
 
-@pytest.mark.parametrize("n", [3])
-def test_pipeline_with_an_odd_device_count_builds_its_report(tmp_path, n):
-    """One end-to-end count (3: tensor parallel cannot use them all). Other counts are covered
-    where they are decided, without a whole pipeline each: the degrees in tests/test_train.py,
-    sorting on 5 and 6 devices in tests/test_sort.py, GEMM grids in tests/test_gemm.py."""
+@pytest.mark.parametrize("n", [3, 6])
+def test_pipeline_with_an_odd_or_composite_device_count_builds_its_report(tmp_path, n):
+    """3: tensor parallel cannot use them all; 6: neither tensor nor pipeline parallel can. Counts
+    up to 8 are covered where they are decided, without a whole pipeline each: the degrees in
+    tests/test_train.py, sorting on 5 and 6 devices in tests/test_sort.py, GEMM grids in
+    tests/test_gemm.py."""
     wf = copy_workflow(tmp_path / "wf")
     shutil.copy(FIXTURES / "odd" / "minimal.yaml", wf / "minimal.yaml")
     snakemake(wf, "--cores", "2", "--configfile", "config.yaml", "minimal.yaml",
