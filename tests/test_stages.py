@@ -97,6 +97,9 @@ def test_lint_parses_without_the_plotting_stack_and_finds_only_the_conda_advice(
     imported = _imported_at_parse_time(p.stderr)
     assert "snakemake" in imported and "gpulab" in imported  # the probe works
     assert not imported & set(PLOTTING), imported & set(PLOTTING)
+    # Nor torch (~2 s at every Snakemake start, dry runs included): the parse-time checks of the
+    # train config and of the user's input files need none of it.
+    assert "torch" not in imported
     # (`--lint json` is not passed on by Snakemake's command line, hence the text.)
     titles = set(re.findall(r"^    \* (.+):$", p.stdout + p.stderr, re.M))
     assert "Specify a conda environment or container for each rule." in titles  # lint ran

@@ -35,7 +35,7 @@ rule data_train:
 # so replacing one reruns it; their headers/shapes are checked now, so a bad one stops the run
 # before any benchmark starts.
 try:
-    from gpulab.data.stage import external_inputs
+    from gpulab.data.loaders import external_inputs
 
     external_inputs(config["data"])
 except ValueError as exc:

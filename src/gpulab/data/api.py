@@ -20,21 +20,11 @@ from torch.utils.data import Dataset
 
 from gpulab.data.errors import DataError
 from gpulab.data.formats import atomic_path
+from gpulab.data.h5files import open_h5, require_datasets  # noqa: F401 (part of this API)
 
 # ~1 MiB chunks: big enough for fast sequential reads, small enough that a random sample read
 # does not pull in much more than it needs.
 CHUNK_BYTES = 1 << 20
-
-
-def open_h5(path: str | os.PathLike) -> h5py.File:
-    """Open an HDF5 file read-only, turning h5py's errors into a DataError naming the file."""
-    path = Path(path)
-    if not path.exists():
-        raise DataError(path, "file does not exist")
-    try:
-        return h5py.File(path, "r")
-    except OSError as exc:  # truncated / not HDF5 / corrupt superblock
-        raise DataError(path, f"not a readable HDF5 file ({exc})") from None
 
 
 def check_xy(path, x_shape: tuple, x_dtype, y_shape: tuple, y_dtype, x_key="x", y_key="y"):
@@ -107,16 +97,6 @@ def read_training_set(path: str | os.PathLike, x_key: str = "x", y_key: str = "y
         except OSError as exc:  # a damaged chunk
             raise DataError(path, f"cannot read data ({exc})", key=x_key) from None
         return x, y, json.loads(f.attrs.get("meta", "{}"))
-
-
-def require_datasets(f: h5py.File, path, *keys: str) -> list[h5py.Dataset]:
-    """The named datasets of an open file, or a DataError naming the first missing one."""
-    for key in keys:
-        if key not in f:
-            raise DataError(path, f"no dataset {key!r} (has: {sorted(f.keys())})", key=key)
-        if not isinstance(f[key], h5py.Dataset):
-            raise DataError(path, "is a group, not a dataset", key=key)
-    return [f[k] for k in keys]
 
 
 def _datasets(f: h5py.File, path, x_key: str, y_key: str):

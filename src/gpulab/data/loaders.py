@@ -16,17 +16,21 @@ import csv
 import json
 import re
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import numpy as np
 import pandas as pd
-import torch
 
-from gpulab.data.api import open_h5, require_datasets
+from gpulab.data.h5files import open_h5, require_datasets
 from gpulab.data.errors import DataError
 from gpulab.data.formats import Schema
 
-Batch = tuple[torch.Tensor, torch.Tensor]
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported where tensors are made: the Snakefile imports this module at parse time (to
+# check the user's input files), and every Snakemake start would pay ~2 s for torch.
+Batch = tuple["torch.Tensor", "torch.Tensor"]
 # where(row, column) -> DataError keyword arguments (line=..., key=...) locating a value
 Where = Callable[[int, str], dict]
 
@@ -66,6 +70,8 @@ def to_tensors(path, x: np.ndarray, y: np.ndarray, schema: Schema, where: Where)
 
 
 def _tensor(a: np.ndarray, dtype) -> torch.Tensor:
+    import torch
+
     a = np.ascontiguousarray(a, dtype=dtype)
     # pandas hands out read-only views (copy-on-write); torch wants to own writable memory
     return torch.from_numpy(a if a.flags.writeable else a.copy())
@@ -328,6 +334,8 @@ def load(path: str | Path, fmt: str, schema: Schema, method: str | None = None,
     batches = list(LOADERS[(fmt, method)](path, schema, batch_rows))
     if len(batches) == 1:
         return batches[0]
+    import torch
+
     return torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
 
 
@@ -395,3 +403,13 @@ def _first_jsonl(path: Path) -> list:
                 except json.JSONDecodeError as exc:
                     raise DataError(path, _decode_error(path, exc).problem, line=n) from None
     return []
+
+
+def external_inputs(cfg) -> list[tuple[Path, str, Schema]]:
+    """Files named in config ``inputs``: validated up front, so a bad one fails before any work."""
+    out = []
+    for item in cfg.get("inputs", []):
+        path = Path(item["path"])
+        fmt = item.get("format") or format_of(path)
+        out.append((path, fmt, infer_schema(path, fmt, item.get("label", "label"))))
+    return out

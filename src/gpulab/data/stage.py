@@ -47,19 +47,9 @@ def staging(final: Path):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def external_inputs(cfg) -> list[tuple[Path, str, formats.Schema]]:
-    """Files named in config ``inputs``: validated up front, so a bad one fails before any work."""
-    out = []
-    for item in cfg.get("inputs", []):
-        path = Path(item["path"])
-        fmt = item.get("format") or loaders.format_of(path)
-        out.append((path, fmt, loaders.infer_schema(path, fmt, item.get("label", "label"))))
-    return out
-
-
 def run(ctx: StageContext) -> results.Result:
     cfg = ctx.config
-    inputs = external_inputs(cfg)
+    inputs = loaders.external_inputs(cfg)
     todo = bench.cases(cfg)
     loads, writes, checks = [], [], []
     with staging(files_dir(ctx)) as folder:
