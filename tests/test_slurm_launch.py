@@ -1,20 +1,20 @@
 """SLURM-awareness of the launcher without a cluster: environment -> node, failures -> node names."""
 import pytest
 
-from gpulab import slurm
+from gpulab import slurm, slurm_agent
 
 
 def test_node_comes_from_slurm_environment(monkeypatch):
     monkeypatch.setattr(slurm, "hostnames", lambda nodelist: {"gn[0-1]": ["gn0", "gn1"]}[nodelist])
     env = {"SLURM_NNODES": "2", "SLURM_NODEID": "1", "SLURM_STEP_NODELIST": "gn[0-1]",
            "SLURM_JOB_NODELIST": "ignored"}
-    node = slurm.node_from_env(29555, env)
+    node = slurm_agent.node_from_env(29555, env)
     assert (node.nnodes, node.node_rank, node.master_addr, node.master_port) == (2, 1, "gn0", 29555)
 
 
 def test_outside_a_step_the_error_says_which_variable_is_missing():
     with pytest.raises(RuntimeError, match="SLURM_NNODES"):
-        slurm.node_from_env(1, {})
+        slurm_agent.node_from_env(1, {})
 
 
 def test_failure_summary_names_the_first_failed_node_not_the_ones_srun_stopped():

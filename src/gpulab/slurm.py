@@ -2,8 +2,9 @@
 
 A stage set to ``devices.nodes.nnodes: N`` runs as ONE SLURM job of N nodes. Its command runs once,
 on the batch host; :func:`gpulab.launch.run_workers` sees the allocation and, instead of a local
-``torchrun``, starts ``srun`` with one task per node. Each task is this module's agent, which asks
-SLURM where it is and starts ``torchrun`` with a static rendezvous:
+``torchrun``, starts ``srun`` with one task per node. Each task is the agent of
+:mod:`gpulab.slurm_agent`, which asks SLURM where it is and starts ``torchrun`` with a static
+rendezvous:
 
 - node rank  = ``SLURM_NODEID``
 - node count = ``SLURM_NNODES``
@@ -17,15 +18,12 @@ prints a :data:`MARK` line naming its host, which :func:`failure_summary` turns 
 """
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
-import time
 from typing import Mapping
 
 MARK = "gpulab-node-failed"
@@ -57,26 +55,13 @@ def hostnames(nodelist: str) -> list[str]:
     return p.stdout.split()
 
 
-def node_from_env(port: int, env: Mapping[str, str] | None = None):
-    """This agent's place in the step, from SLURM's environment only."""
-    from gpulab.launch import NodeSpec
-
-    env = os.environ if env is None else env
-    try:
-        nnodes, node_rank = int(env["SLURM_NNODES"]), int(env["SLURM_NODEID"])
-        nodelist = env.get("SLURM_STEP_NODELIST") or env["SLURM_JOB_NODELIST"]
-    except KeyError as exc:
-        raise RuntimeError(f"not inside a SLURM job step: {exc.args[0]} is not set") from None
-    return NodeSpec(nnodes, node_rank, hostnames(nodelist)[0], port)
-
-
 def srun_cmd(nnodes: int, nproc: int, port: int, join_timeout: int, module: str,
              args: list[str]) -> list[str]:
     return ["srun", f"--nodes={nnodes}", f"--ntasks={nnodes}", "--ntasks-per-node=1",
             "--kill-on-bad-exit=1", f"--wait={END_GRACE_S}", "--export=ALL", "--mpi=none",
             # The Snakemake job step may already hold the CPUs this step needs.
             "--overlap",
-            sys.executable, "-m", "gpulab.slurm", "--nproc", str(nproc), "--port", str(port),
+            sys.executable, "-m", "gpulab.slurm_agent", "--nproc", str(nproc), "--port", str(port),
             "--join-timeout", str(join_timeout), "--", module, *args]
 
 
@@ -103,40 +88,3 @@ def failure_summary(output: str) -> tuple[list[str], str]:
     if len(hosts) > 1:
         text += f" (then {', '.join(hosts[1:])})"
     return hosts, text + ":\n  " + "\n  ".join(lines)
-
-
-def agent_main(argv: list[str] | None = None) -> int:
-    from gpulab import launch
-
-    ap = argparse.ArgumentParser(prog="python -m gpulab.slurm",
-                                 description="one torchrun agent of a multi-node SLURM step")
-    ap.add_argument("--nproc", type=int, required=True)
-    ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--join-timeout", type=int, required=True)
-    ap.add_argument("cmd", nargs=argparse.REMAINDER)
-    a = ap.parse_args(argv)
-    cmd = a.cmd[1:] if a.cmd[:1] == ["--"] else a.cmd
-    host = short_host()
-    node = node_from_env(a.port)
-    torchrun = launch.torchrun_cmd(cmd[0], cmd[1:], a.nproc, node, join_timeout=a.join_timeout)
-    proc = subprocess.Popen(torchrun)
-    stopped: list[int] = []
-
-    def forward(signum, _frame):
-        stopped.append(signum)
-        proc.send_signal(signum)
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, forward)
-    rc = proc.wait()
-    if rc != 0 and stopped:
-        # srun stopped us because another node failed (--kill-on-bad-exit): not this node's fault.
-        print(f"{STOPPED} host={host} signal={stopped[0]}", file=sys.stderr, flush=True)
-    elif rc != 0:
-        print(f"{MARK} host={host} node_rank={node.node_rank} exit={rc} t={time.time():.3f}",
-              file=sys.stderr, flush=True)
-    return 0 if rc == 0 else (rc if rc > 0 else 128 - rc)
-
-
-if __name__ == "__main__":
-    raise SystemExit(agent_main())
