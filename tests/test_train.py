@@ -174,7 +174,7 @@ def test_one_device_still_runs_model_parallel_code_paths(tmp_path, digits):
 
 def test_formulas():
     assert loop.gpipe_bubble(4, 4) == pytest.approx(3 / 7)
-    assert loop.scaling_efficiency(300.0, 4, 100.0) == pytest.approx(0.75)
+    assert tables.scaling_efficiency(300.0, 4, 100.0) == pytest.approx(0.75)
     assert loop.lr_at(0, 0.1, 4, True, 10) == pytest.approx(0.1)
     assert loop.lr_at(5, 0.1, 4, True, 10) == pytest.approx(0.25)
     assert loop.lr_at(10, 0.1, 4, True, 10) == pytest.approx(0.4)

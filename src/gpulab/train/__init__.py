@@ -15,9 +15,7 @@ from gpulab import config as cfgmod
 from gpulab import launch, outcomes
 from gpulab.outcomes import Bar, Check
 from gpulab.stage import StageContext
-
-# The training code (torch) is imported by the functions that run it: the Snakefile imports
-# this module at parse time for load_config, and every Snakemake start would pay ~2 s for torch.
+from gpulab.train import tables
 
 log = logging.getLogger("gpulab.train")
 VARIANTS = ("single", "ddp", "pipeline", "tensor")
@@ -60,8 +58,6 @@ def parallel_degree(variant: str, cfg: dict, n: int) -> tuple[int, str]:
 
 
 def run(ctx: StageContext):
-    from gpulab.train import tables
-
     if ctx.variant not in VARIANTS:
         raise SystemExit(f"train: unknown variant {ctx.variant!r} (known: {', '.join(VARIANTS)})")
     cfg = load_config(ctx.config)
@@ -106,8 +102,6 @@ def run(ctx: StageContext):
 def _model_parallel(ctx, res, cfg, kind, n, checks: list) -> list[Bar]:
     """Pipeline / tensor parallel. On one device there is nothing to split: the variant still runs
     (one stage / a mesh of one) to exercise the code path, and its bars say 'not applicable'."""
-    from gpulab.train import tables
-
     used, why = parallel_degree(ctx.variant, cfg, n)
     if why:
         log.info("train/%s: %d of %d devices (%s)", ctx.variant, used, n, why)
@@ -150,7 +144,5 @@ def _digits(ctx):
 
 
 def _add(res, name: str, rows: list[dict]):
-    from gpulab.train import tables
-
     df = pd.DataFrame(rows)
     res.add_table(name, df, units=tables.units_for(df))

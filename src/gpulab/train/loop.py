@@ -115,12 +115,6 @@ def stats_row(stats: dict[str, timing.Stats], samples_per_step: int) -> dict:
     return row
 
 
-def scaling_efficiency(throughput: float, n: int, throughput_1: float) -> float:
-    """throughput(N) / (N x throughput(1)): 1.0 is perfect scaling (strong or weak alike, once
-    expressed as throughput; strong keeps the global batch, weak the per-device batch)."""
-    return throughput / (n * throughput_1) if throughput_1 > 0 else float("nan")
-
-
 def gpipe_bubble(p: int, m: int) -> float:
     """GPipe's idle fraction (p-1)/(m+p-1) for p equal stages and m micro-batches."""
     return (p - 1) / (m + p - 1)
@@ -139,10 +133,3 @@ def max_rel_err(tensors_a, tensors_b) -> float:
     diff = max(float((a.detach().double().cpu() - b.detach().double().cpu()).abs().max()) for a, b in pairs)
     scale = max(float(b.detach().double().abs().max()) for _, b in pairs)
     return diff / max(scale, 1e-30)
-
-
-UNITS = {"step_s_median": "s", "step_s_min": "s", "step_s_max": "s", "samples_per_s": "samples/s",
-         "data_s": "s", "forward_s": "s", "backward_s": "s", "optimizer_s": "s",
-         "peak_mem_bytes": "B", "global_batch": "samples", "local_batch": "samples",
-         "devices": "count", "repeats": "count", "loss": "1", "final_loss": "1",
-         "efficiency": "1", "lr": "1", "step": "count"}
