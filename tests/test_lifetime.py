@@ -115,3 +115,32 @@ def test_stale_snakemake_locks_are_removed_only_when_no_run_is_alive(tmp_path):
         holder.kill()
         holder.wait()
     assert run() == "1" and not (locks / "0.input.lock").exists()
+
+
+def test_sigterm_to_a_multi_process_stage_stops_its_ranks_and_leaves_no_file(tmp_path):
+    """How Snakemake stops a job: SIGTERM to the stage process alone. The stage unwinds (the
+    shared handler in gpulab.stage), stops the ranks it launched and exits 143 with no file."""
+    import json
+
+    import yaml
+
+    cfg = yaml.safe_load((REPO / "config.yaml").read_text())["collectives"]
+    cfg.update({"ops": ["all_reduce"], "algorithms": ["ring"], "sizes_bytes": [1 << 20],
+                "warmup": 0, "repeats": 500, "iters": 20})
+    mark = uuid.uuid4().hex
+    out = tmp_path / "res" / "default.h5"
+    payload = json.dumps({"stage": cfg, "devices": {"backend": "cpu", "cpu_devices": 2}})
+    stage = subprocess.Popen([sys.executable, str(REPO / "scripts" / "collectives.py"), "--config-json",
+                              payload, "--variant", "default", "--out", str(out)], env=_env(mark),
+                             stdout=subprocess.DEVNULL, stderr=(tmp_path / "stderr").open("w"))
+    try:
+        # the torchrun agent and its two ranks all name the worker module
+        _until(lambda: sum("gpulab.collectives.worker" in " ".join(p.cmdline())
+                           for p in marked_processes(mark)) >= 3)
+        stage.send_signal(signal.SIGTERM)
+        assert stage.wait(timeout=60) == 128 + signal.SIGTERM, (tmp_path / "stderr").read_text()[-3000:]
+    finally:
+        stage.kill()
+    assert _gone_within(mark, 20) == []
+    assert not out.parent.exists() or list(out.parent.iterdir()) == []
+    assert "stopped by SIGTERM" in (tmp_path / "stderr").read_text()

@@ -57,6 +57,9 @@ def unwind_on_sigterm(body) -> int:
     pools, HDF5) is what can crash a process stopped mid-work, and there is nothing left to flush
     but the logs.
     """
+    if threading.current_thread() is not threading.main_thread():
+        return body()  # signal handlers belong to the main thread (a stage run in a test's thread)
+
     def stopped(*_):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise SystemExit(TERMINATED)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from gpulab import devices as devmod
-from gpulab import results
+from gpulab import lifetime, results
 from gpulab.launch import NotResultNode
 
 log = logging.getLogger("gpulab")
@@ -148,15 +148,21 @@ def stage_main(stage: str, run: Callable[[StageContext], results.Result], doc: s
     ctx = context_from_args(stage, args)
     log.info("%s/%s: starting (devices visible: %s)", stage, ctx.variant,
              _visible(ctx))
-    try:
-        result = run(ctx)
-    except NotResultNode as exc:
-        # A node of a multi-node run started by hand: node 0 writes the one result for all ranks.
-        log.info("%s/%s: %s; this node writes no result", stage, ctx.variant, exc)
+
+    def run_and_write() -> int:
+        try:
+            result = run(ctx)
+        except NotResultNode as exc:
+            # A node of a multi-node run started by hand: node 0 writes the one result for all ranks.
+            log.info("%s/%s: %s; this node writes no result", stage, ctx.variant, exc)
+            return 0
+        path = results.write(result, args.out)
+        log.info("%s/%s: wrote %s", stage, ctx.variant, path)
         return 0
-    path = results.write(result, args.out)
-    log.info("%s/%s: wrote %s", stage, ctx.variant, path)
-    return 0
+
+    # Snakemake stops a job with SIGTERM: every stage then removes its temporaries (staging
+    # folders, the half-written result) and stops what it launched, instead of dying mid-write.
+    return lifetime.unwind_on_sigterm(run_and_write)
 
 
 def main(argv: list[str] | None = None) -> int:

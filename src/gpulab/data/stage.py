@@ -103,13 +103,10 @@ def main(doc: str | None = None, argv: list[str] | None = None) -> int:
     """scripts/data.py: bad input ends the job with one clear line (file, line/key, problem)."""
     import sys
 
-    from gpulab import lifetime
     from gpulab.stage import stage_main
 
     try:
-        # The data files are written into a staging folder that must not survive a stopped job.
-        return lifetime.unwind_on_sigterm(
-            lambda: stage_main("data", run, doc, argv, extra_args=_extra_args))
+        return stage_main("data", run, doc, argv, extra_args=_extra_args)
     except DataError as exc:
         log.error("data: %s", exc)
         print(f"data: error: {exc}", file=sys.stderr)
