@@ -74,3 +74,21 @@ def test_first_failure_is_the_earliest_root_cause_over_nodes():
     f = launch.first_failure(out)
     assert (f.node, f.rank, f.local_rank) == ("node-a", 2, 2) and "SIGABRT" in f.describe()
     assert launch.first_failure("rendezvous timed out") is None
+
+
+def test_the_report_names_the_rank_that_killed_a_launch(tmp_path):
+    """The crashed check's note reaches the report's verification line of the stage."""
+    import pandas as pd
+
+    from gpulab import outcomes, results
+    from gpulab.outcomes import Check
+    from gpulab.report.frames import checks_summary
+
+    failure = launch.RankFailure(3, 3, "node-x", -9, "rank 3: last words")
+    exc = launch.RankFailed(launch.failure_message("m", 4, launch.NodeSpec(), 1, "", "", failure),
+                            failure)
+    r = results.Result("collectives", "main", {}, "cpu")
+    r.add_table("checks", outcomes.checks_frame([Check.crashed("gloo launch", exc),
+                                                 Check("exact", "sum", "pass")]))
+    text = checks_summary([results.write(r, tmp_path / "collectives/h/main.h5")])
+    assert "1 failed" in text and "rank 3" in text and "node-x" in text and "SIGKILL" in text, text
