@@ -130,13 +130,18 @@ def test_lock_names_come_from_the_gpu_uuid_not_the_visible_index(fake_nvml, monk
     shown = {s["id"]: s for s in slots.show()}
     assert shown["1"]["identity"] == "GPU-bbbb" and shown["1"]["lock"].endswith("gpu-GPU-bbbb.lock")
     assert shown["2"]["identity"] == "pci-00000000:19:00.0"  # no UUID: the PCI bus id
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,7")
+    assert [s["identity"] for s in slots.show()] == ["GPU-aaaa", "7"]  # 7: no GPU, no one to share
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,2")
     with slots.claim(2) as ids:
         assert ids == ["1", "2"]  # the job still gets the ids it can see
         assert sorted(p.name for p in (fake_nvml / "locks").iterdir()) == [
             "gpu-GPU-bbbb.lock", "gpu-pci-00000000:19:00.0.lock"]
 
 
-def test_cpu_virtual_devices_keep_index_names(pool):
+def test_cpu_virtual_devices_keep_index_names(pool, monkeypatch):
+    monkeypatch.setattr(slots, "_nvml_identities", lambda ids: None)  # no NVML, no nvidia-smi
+    monkeypatch.setattr(slots, "_smi_identities", lambda ids: None)
     assert [s["lock"].rsplit("/", 1)[1] for s in slots.show()] == ["gpu-0.lock", "gpu-1.lock"]
 
 
