@@ -40,3 +40,55 @@ def test_multinode_inside_slurm_allocation_starts_one_agent_per_node(monkeypatch
     assert cmd[cmd.index("--nproc") + 1] == "2" and cmd[-3:] == ["--", "m", "--x"]
     # One node inside an allocation stays a plain local torchrun.
     assert "--standalone" in launch.launch_cmd("m", [], 2, launch.NodeSpec())
+
+
+def test_a_rank_killed_by_sigkill_is_named_with_its_node_signal_and_own_log(tmp_path):
+    """Issue 29: not "failed on 4 rank(s) (exit 1)" but which rank, where, how, and its last words,
+    in the first line of the error and so in the failed check's (500-character) note."""
+    import os
+    import socket
+    from pathlib import Path
+
+    from gpulab.outcomes import Check
+
+    fixtures = str(Path(__file__).parent / "fixtures" / "launch")
+    env = {"PYTHONPATH": os.pathsep.join([fixtures, os.environ.get("PYTHONPATH", "")])}
+    with pytest.raises(launch.LaunchError) as err:
+        launch.run_workers("kill_rank", {"kill_rank": 3, "marker": "marker-7f3a"}, nproc=4, env=env,
+                           timeout=120)
+    first = str(err.value).splitlines()[0]
+    assert "rank 3 (local rank 3)" in first and "killed by SIGKILL" in first, first
+    assert socket.gethostname().split(".")[0] in first  # its node
+    assert "marker-7f3a" in first  # the tail of rank 3's own log
+    f = err.value.failure
+    assert (f.rank, f.exitcode) == (3, -9) and "marker-7f3a" in f.log_tail
+    note = Check.crashed("gloo launch", err.value).note
+    assert "rank 3" in note and "SIGKILL" in note and "marker-7f3a" in note, note
+
+
+def test_first_failure_is_the_earliest_root_cause_over_nodes():
+    out = "\n".join(
+        f"Root Cause (first observed failure):\n[0]:\n  time      : {t}\n  host      : {h}\n"
+        f"  rank      : {r} (local_rank: {lr})\n  exitcode  : {c} (pid: 1)\n" for t, h, r, lr, c in
+        [("2026-12-03_10:00:05", "node-b", 5, 1, 1), ("2026-12-03_10:00:02", "node-a", 2, 2, -6)])
+    f = launch.first_failure(out)
+    assert (f.node, f.rank, f.local_rank) == ("node-a", 2, 2) and "SIGABRT" in f.describe()
+    assert launch.first_failure("rendezvous timed out") is None
+
+
+def test_the_report_names_the_rank_that_killed_a_launch(tmp_path):
+    """The crashed check's note reaches the report's verification line of the stage."""
+    import pandas as pd
+
+    from gpulab import outcomes, results
+    from gpulab.outcomes import Check
+    from gpulab.report.frames import checks_summary
+
+    failure = launch.RankFailure(3, 3, "node-x", -9, "rank 3: last words")
+    exc = launch.RankFailed(launch.failure_message("m", 4, launch.NodeSpec(), 1, "", "", failure),
+                            failure)
+    r = results.Result("collectives", "main", {}, "cpu")
+    r.add_table("checks", outcomes.checks_frame([Check.crashed("gloo launch", exc),
+                                                 Check("exact", "sum", "pass")]))
+    text = checks_summary([results.write(r, tmp_path / "collectives/h/main.h5")])
+    assert "1 failed" in text and "rank 3" in text and "node-x" in text and "SIGKILL" in text, text

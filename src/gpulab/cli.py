@@ -1,7 +1,8 @@
 """The ``gpulab`` command: baselines, comparison with a baseline, and the fleet view.
 
-Exit status: 0 fine; 1 a regression (``compare``) or a suspect host (``fleet --fail-on-suspect``);
-2 a usage or baseline error (missing file, wrong version, another GPU model).
+Exit status: 0 fine; 1 a regression (``compare``), a suspect host (``fleet --fail-on-suspect``) or a
+damaged result (``verify``); 2 a usage or baseline error (missing file, wrong version, another GPU
+model) or a damaged result that ``baseline``/``compare``/``fleet`` cannot read.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ EPILOG = """examples:
   gpulab baseline save h200-ref          # results/ -> baselines/h200-ref.yaml (commit it)
   gpulab compare h200-ref                # exit 1 when a metric regressed (cron, cluster CI)
   gpulab fleet                           # every host under results/, per GPU model
+  gpulab verify                          # exit 1 when a result file is damaged or incomplete
 """
 
 
@@ -81,6 +83,13 @@ def parser() -> argparse.ArgumentParser:
                    help="hosts a group needs before anyone is flagged (default %(default)s)")
     f.add_argument("--csv", type=Path, help="also write every host x metric deviation as CSV")
     f.add_argument("--fail-on-suspect", action="store_true", help="exit 1 when a host is flagged")
+
+    v = sub.add_parser("verify", help="read every result whole; exit 1 when one is damaged",
+                       description="Reads every result file under the results folder whole (every "
+                                   "table and matrix) and checks it holds every table its writer "
+                                   "recorded. Each damaged file is named with the command that "
+                                   "redoes it. Exit 1 on any damage.")
+    _common(v)
     return ap
 
 
@@ -137,11 +146,26 @@ def cmd_fleet(args) -> int:
     return 1 if args.fail_on_suspect and dev["flagged"].any() else 0
 
 
+def cmd_verify(args) -> int:
+    files = results.find_results(args.results_dir)
+    good, damaged = results.verify_all(files)
+    for d in damaged:
+        print(f"DAMAGED {d.path}: {d.why}\n  redo: {d.redo}")
+    print(f"gpulab verify: {len(good)} result(s) whole, {len(damaged)} damaged "
+          f"(under {args.results_dir}, {len(files) - len(good) - len(damaged)} other HDF5 file(s))")
+    return 1 if damaged else 0
+
+
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
+    verbs = {"baseline": cmd_baseline, "compare": cmd_compare, "fleet": cmd_fleet,
+             "verify": cmd_verify}
     try:
-        return {"baseline": cmd_baseline, "compare": cmd_compare, "fleet": cmd_fleet}[args.command](args)
+        return verbs[args.command](args)
     except bl.BaselineError as exc:
+        print(f"gpulab {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except results.DamagedResult as exc:
         print(f"gpulab {args.command}: {exc}", file=sys.stderr)
         return 2
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -86,8 +87,12 @@ def join_timeout() -> int:
 
 
 def torchrun_cmd(module: str, args: list[str], nproc: int, node: NodeSpec = NodeSpec(),
-                 join_timeout: int | None = None) -> list[str]:
+                 join_timeout: int | None = None, log_dir: str | None = None) -> list[str]:
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}"]
+    if log_dir is not None:
+        # Each rank's own stdout/stderr also in <log_dir>/<run>/attempt_<n>/<local rank>/: a failed
+        # launch quotes the log of the rank that failed first (see first_failure).
+        cmd += [f"--log-dir={log_dir}", "--tee=3"]
     if node.nnodes == 1 and node.master_port is None:
         cmd += ["--standalone"]
     else:
@@ -122,7 +127,8 @@ class RankResults(list):
         self.placement = placement
 
 
-def launch_cmd(module: str, args: list[str], nproc: int, node: NodeSpec) -> list[str]:
+def launch_cmd(module: str, args: list[str], nproc: int, node: NodeSpec,
+               log_dir: str | None = None) -> list[str]:
     """torchrun on this host, or, for several nodes inside a SLURM allocation, srun starting one
     torchrun agent per node (node rank and rendezvous come from SLURM, not from ``node``)."""
     from gpulab import slurm
@@ -130,7 +136,7 @@ def launch_cmd(module: str, args: list[str], nproc: int, node: NodeSpec) -> list
     if node.nnodes > 1 and slurm.in_allocation():
         return slurm.srun_cmd(node.nnodes, nproc, node.master_port or free_port(), join_timeout(),
                               module, args)
-    return torchrun_cmd(module, args, nproc, node, join_timeout=join_timeout())
+    return torchrun_cmd(module, args, nproc, node, join_timeout=join_timeout(), log_dir=log_dir)
 
 
 def launch_dir(node: NodeSpec) -> str | None:
@@ -145,15 +151,94 @@ def launch_dir(node: NodeSpec) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class RankFailure:
+    """The rank that failed first in a launch, as torchrun's agent saw it."""
+
+    rank: int
+    local_rank: int
+    node: str
+    exitcode: int  # negative: killed by that signal
+    log_tail: str = ""
+
+    @property
+    def how(self) -> str:
+        if self.exitcode < 0:
+            try:
+                return f"killed by {signal.Signals(-self.exitcode).name} (exit {self.exitcode})"
+            except ValueError:
+                return f"killed by signal {-self.exitcode}"
+        return f"exit code {self.exitcode}"
+
+    def describe(self) -> str:
+        text = f"first failure: rank {self.rank} (local rank {self.local_rank}) on node " \
+               f"{self.node}, {self.how}"
+        if self.log_tail:
+            text += f"; its log ends: {self.log_tail}"
+        return text
+
+
+# torchrun's agent ends a failed launch with a summary; its "Root Cause" entry is the first rank it
+# saw fail (under srun every node's agent prints one: the earliest is the first failure).
+_ROOT_CAUSE_RE = re.compile(
+    r"Root Cause \(first observed failure\):\s*\[\d+\]:\s*time\s*:\s*(?P<time>\S+)\s*"
+    r"host\s*:\s*(?P<host>\S+)\s*rank\s*:\s*(?P<rank>-?\d+) \(local_rank: (?P<local>-?\d+)\)\s*"
+    r"exitcode\s*:\s*(?P<code>-?\d+)")
+LOG_TAIL_LINES = 6
+LOG_TAIL_CHARS = 300
+
+
+def rank_log_tail(log_dir: str | os.PathLike | None, local_rank: int) -> str:
+    """The last lines of one local rank's own log (stderr, else stdout) under torchrun's
+    ``--log-dir`` (<log_dir>/<run id>/attempt_<n>/<local rank>/), latest attempt; '' if none."""
+    if not log_dir:
+        return ""
+    for stream in ("stderr.log", "stdout.log"):
+        logs = sorted(Path(log_dir).glob(f"*/attempt_*/{local_rank}/{stream}"),
+                      key=lambda f: f.stat().st_mtime)
+        text = logs[-1].read_text(errors="replace").strip() if logs else ""
+        if text:
+            tail = " | ".join(line.strip() for line in text.splitlines()[-LOG_TAIL_LINES:])
+            return tail[-LOG_TAIL_CHARS:]
+    return ""
+
+
+def first_failure(output: str, log_dir: str | os.PathLike | None = None) -> RankFailure | None:
+    """The first rank to fail, from torchrun's summary in ``output``; None when there is none (the
+    agent itself failed, e.g. a rendezvous that never completed)."""
+    causes = sorted(_ROOT_CAUSE_RE.finditer(output), key=lambda m: m["time"])
+    if not causes:
+        return None
+    m = causes[0]
+    host = m["host"]
+    if host in ("localhost", "127.0.0.1", "::1"):  # a standalone agent names no node: this one
+        host = socket.gethostname().split(".")[0]
+    return RankFailure(int(m["rank"]), int(m["local"]), host, int(m["code"]),
+                       rank_log_tail(log_dir, int(m["local"])))
+
+
 def failure_message(module: str, nproc: int, node: NodeSpec, rc: int, stdout: str,
-                    stderr: str) -> str:
+                    stderr: str, failure: RankFailure | None = None) -> str:
+    """What went wrong, first line first: which rank failed first, where, how, and its own log's
+    last lines (a failed check's note keeps only the start), then torchrun's output."""
     from gpulab import slurm
 
     head = f"{module} failed on {nproc} rank(s) (exit {rc})"
     if node.nnodes > 1:
         _, names = slurm.failure_summary(stdout + "\n" + stderr)
         head = f"{module} failed on {node.nnodes} nodes x {nproc} rank(s) (exit {rc}): {names}"
+    if failure is not None:
+        head = f"{head}; {failure.describe()}" if node.nnodes == 1 else \
+            f"{module}: {failure.describe()}\n{head}"
     return f"{head}\n{stdout[-3000:]}\n{stderr[-6000:]}"
+
+
+class RankFailed(LaunchError):
+    """A launch in which a rank failed; ``failure`` names it (None when torchrun named none)."""
+
+    def __init__(self, message: str, failure: RankFailure | None):
+        super().__init__(message)
+        self.failure = failure
 
 
 def collect(out_dir: Path, module: str, node: NodeSpec) -> RankResults:
@@ -195,7 +280,9 @@ def run_workers(module: str, payload: Mapping[str, Any], nproc: int, *, node: No
     with tempfile.TemporaryDirectory(prefix="gpulab-launch-", dir=launch_dir(node)) as tmp:
         pfile = Path(tmp) / "payload.json"
         pfile.write_text(json.dumps(payload, default=str))
-        cmd = launch_cmd(module, ["--payload", str(pfile), "--out-dir", tmp], nproc, node)
+        logs = Path(tmp) / "logs"
+        cmd = launch_cmd(module, ["--payload", str(pfile), "--out-dir", tmp], nproc, node,
+                         log_dir=str(logs))
         child_env = {**os.environ, **({} if multicast else SAFE_ENV), **(env or {})}
         child_env.setdefault("OMP_NUM_THREADS", "1")
         log.info("launch: %s", " ".join(cmd))
@@ -212,8 +299,13 @@ def run_workers(module: str, payload: Mapping[str, Any], nproc: int, *, node: No
                 raise LaunchError(f"{module} on {nproc} rank(s) ran past {timeout:.0f} s") from None
             raise
         if p.returncode != 0:
-            err = MultiNodeFailure if node.nnodes > 1 else LaunchError
-            raise err(failure_message(module, nproc, node, p.returncode, stdout, stderr))
+            failure = first_failure(stdout + "\n" + stderr, logs)
+            msg = failure_message(module, nproc, node, p.returncode, stdout, stderr, failure)
+            if failure is not None:
+                log.error("launch: %s: %s", module, failure.describe())
+            if node.nnodes > 1:
+                raise MultiNodeFailure(msg)
+            raise RankFailed(msg, failure)
         results = collect(Path(tmp), module, node)
         if len(results) != nproc * node.nnodes:
             raise LaunchError(f"{module}: expected {nproc * node.nnodes} rank results, "

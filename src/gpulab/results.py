@@ -4,12 +4,17 @@ Layout of a result file::
 
     /                 attrs: schema_version, stage, variant, host, device_kind, device_ids,
                              config (JSON), config_hash, git_commit, git_dirty, packages (JSON),
-                             host_fingerprint (JSON), started_at, finished_at, result_id, conventions
+                             host_fingerprint (JSON), started_at, finished_at, result_id, conventions,
+                             written_tables, written_matrices (JSON: what the writer put in, so a
+                             reader can tell a whole file from an incomplete one)
     /tables/<name>/   one dataset per column (strings as UTF-8); attrs: columns, units (JSON)
     /matrices/<name>  2-D arrays (e.g. bandwidth GB/s, src x dst); attrs: unit, row/col labels
 
 The file is written under a temporary name in the same folder and renamed into place, so an
-interrupted job never leaves a half-written result where the pipeline would find it.
+interrupted job never leaves a half-written result where the pipeline would find it. A file damaged
+afterwards (a full disk on a copy, a truncated transfer) is an error when it is read:
+:class:`DamagedResult` names the file and the command that redoes it, and :func:`verify` checks a
+file whole (``gpulab verify`` checks every result).
 """
 from __future__ import annotations
 
@@ -37,6 +42,50 @@ TRACKED_PACKAGES = (
     "seaborn", "nvidia-ml-py", "scikit-learn",
 )
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class DamagedResult(Exception):
+    """A result file that cannot be read whole: truncated, corrupt, or missing what it recorded.
+
+    Not an OSError on purpose: no reader's ``except OSError`` may swallow it silently.
+    """
+
+    def __init__(self, path: str | os.PathLike, why: str):
+        self.path = Path(path)
+        self.why = why
+        self.stage, self.host, self.rule = origin(self.path)
+        self.redo = redo_command(self.path)
+        super().__init__(f"damaged result {self.path}: {why}; redo it: {self.redo}")
+
+
+def origin(path: str | os.PathLike) -> tuple[str, str, str | None]:
+    """(stage, host, Snakemake rule or None) of a result path, from the registry's path templates:
+    the stage's job rule for its own result, None for a file another rule of the stage writes."""
+    import re
+
+    from gpulab import stages
+
+    tail = Path(path).as_posix()
+    for spec in stages.STAGES.values():
+        # Extra results first: a stage's own template ({variant}.h5) would match them as well.
+        for template, rule in [(t, None) for t in spec.extra_results] + [
+                (spec.result, f"{spec.name}_variant" if spec.has_variants else spec.name)]:
+            rx = re.escape(template.replace("{stage}", spec.name))
+            rx = rx.replace(re.escape("{host}"), "(?P<host>[^/]+)").replace(
+                re.escape("{variant}"), "[^/]+")
+            m = re.search(r"(^|/)" + rx + "$", tail)
+            if m:
+                return spec.name, m.group("host"), rule
+    return Path(path).parent.parent.name, Path(path).parent.name, None
+
+
+def redo_command(path: str | os.PathLike) -> str:
+    """The Snakemake command that rewrites the result at ``path``."""
+    _, host, rule = origin(path)
+    where = "" if host == host_name() else f" (on host {host})"
+    if rule is None:  # not a stage rule's own output: force the rule that writes this file
+        return f"snakemake --cores all --force {Path(path)}{where}"
+    return f"snakemake --cores all --forcerun {rule}{where}"
 
 
 def now_iso() -> str:
@@ -180,6 +229,9 @@ def write(result: Result, path: str | os.PathLike) -> Path:
         "result_id": uuid.uuid4().hex,
     }
     attrs.update({k: _json_attr(v) for k, v in result.attrs.items()})
+    # What this file holds, recorded by its writer: a reader checks the file against it (verify).
+    attrs.update(written_tables=json.dumps(sorted(result.tables)),
+                 written_matrices=json.dumps(sorted(result.matrices)))
     # The overall verdict is derived from the checks and bars, never set by a stage.
     from gpulab import outcomes
 
@@ -234,40 +286,89 @@ def _decode(v: Any) -> Any:
     return v
 
 
+@contextlib.contextmanager
+def _open(path: str | os.PathLike):
+    """The result opened for reading; HDF5 failing on it (other than a missing file) is a
+    :class:`DamagedResult` naming the file and how to redo it."""
+    try:
+        f = h5py.File(path, "r")
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise DamagedResult(path, f"not a readable HDF5 file ({exc})") from None
+    try:
+        with f:
+            yield f
+    except OSError as exc:  # HDF5 failed reading a dataset or an attribute inside the file
+        raise DamagedResult(path, f"HDF5 cannot read it ({exc})") from None
+
+
 def read_attrs(path: str | os.PathLike) -> dict[str, Any]:
-    with h5py.File(path, "r") as f:
+    with _open(path) as f:
         return {k: _decode(v) for k, v in f.attrs.items()}
 
 
 def read_table(path: str | os.PathLike, name: str) -> pd.DataFrame:
     """One table of a result as a DataFrame (units in ``df.attrs['units']``)."""
-    with h5py.File(path, "r") as f:
+    with _open(path) as f:
         if f"tables/{name}" not in f:
             raise KeyError(f"{path}: no table {name!r} (has: {list(f.get('tables', {}).keys())})")
         g = f[f"tables/{name}"]
         cols = json.loads(g.attrs["columns"])
         data = {}
         for c in cols:
+            if c not in g:
+                raise DamagedResult(path, f"table {name!r} lacks its column {c!r}")
             ds = g[c]
             data[c] = ds.asstr()[()] if h5py.check_string_dtype(ds.dtype) else ds[()]
+        if len({len(v) for v in data.values()}) > 1:
+            raise DamagedResult(path, f"table {name!r} has columns of different lengths")
         df = pd.DataFrame(data, columns=cols)
         df.attrs["units"] = json.loads(g.attrs.get("units", "{}"))
         return df
 
 
 def read_matrix(path: str | os.PathLike, name: str) -> tuple[np.ndarray, dict]:
-    with h5py.File(path, "r") as f:
+    with _open(path) as f:
         ds = f[f"matrices/{name}"]
         data = ds.asstr()[()] if h5py.check_string_dtype(ds.dtype) else ds[()]
         return data, {k: _decode(v) for k, v in ds.attrs.items()}
 
 
 def list_contents(path: str | os.PathLike) -> dict[str, list[str]]:
-    with h5py.File(path, "r") as f:
+    with _open(path) as f:
         return {
             "tables": list(f["tables"].keys()) if "tables" in f else [],
             "matrices": list(f["matrices"].keys()) if "matrices" in f else [],
         }
+
+
+def is_result(attrs: Mapping[str, Any]) -> bool:
+    """A gpulab result (not another HDF5 file, e.g. the data stage's training sets)."""
+    return "schema_version" in attrs and "stage" in attrs
+
+
+def verify(path: str | os.PathLike) -> dict[str, Any] | None:
+    """Read the result at ``path`` whole and return its root attrs; None when it is an HDF5 file
+    but not a gpulab result. Raises :class:`DamagedResult` when any part cannot be read or a table
+    or matrix its writer recorded is missing (files written before the record are read whole)."""
+    attrs = read_attrs(path)
+    if not is_result(attrs):
+        return None
+    have = list_contents(path)
+    for kind, key in (("tables", "written_tables"), ("matrices", "written_matrices")):
+        recorded = attrs.get(key)
+        if recorded is None:
+            continue
+        missing = sorted(set(recorded) - set(have[kind]))
+        if missing:
+            raise DamagedResult(path, f"incomplete: its writer recorded {kind} {missing} that are "
+                                      f"not in it")
+    for name in have["tables"]:
+        read_table(path, name)
+    for name in have["matrices"]:
+        read_matrix(path, name)
+    return attrs
 
 
 def collect(paths: Iterable[str | os.PathLike], table: str) -> pd.DataFrame:
@@ -289,22 +390,38 @@ def collect(paths: Iterable[str | os.PathLike], table: str) -> pd.DataFrame:
     return out
 
 
-def with_attrs(paths: Iterable[str | os.PathLike], who: str = "gpulab"):
-    """(path, root attrs) of each gpulab result among ``paths``; unreadable files and other HDF5
-    files (e.g. the data stage's training sets, inputs rather than results) are skipped, logged."""
+def with_attrs(paths: Iterable[str | os.PathLike], who: str = "gpulab",
+               damaged: list[DamagedResult] | None = None, whole: bool = False):
+    """(path, root attrs) of each gpulab result among ``paths``; other HDF5 files (e.g. the data
+    stage's training sets, inputs rather than results) are skipped, logged.
+
+    A damaged result raises :class:`DamagedResult`; a caller that carries on without it (the
+    report, which marks the missing chapter) passes a ``damaged`` list to collect them instead.
+    ``whole``: read every table and matrix (:func:`verify`), not just the root attrs.
+    """
     import logging
 
     log = logging.getLogger(f"gpulab.{who}")
     for p in paths:
         try:
-            a = read_attrs(p)
-        except OSError as exc:
-            log.warning("%s: skipping unreadable result %s: %s", who, p, exc)
+            a = verify(p) if whole else read_attrs(p)
+        except DamagedResult as exc:
+            if damaged is None:
+                raise
+            log.error("%s: %s", who, exc)
+            damaged.append(exc)
             continue
-        if "schema_version" not in a or "stage" not in a:
+        if a is None or not is_result(a):
             log.info("%s: %s is not a gpulab result (no stage/schema_version)", who, p)
             continue
         yield Path(p), a
+
+
+def verify_all(paths: Iterable[str | os.PathLike]) -> tuple[list[Path], list[DamagedResult]]:
+    """(whole results, damaged results) among ``paths``; files that are no results are in neither."""
+    damaged: list[DamagedResult] = []
+    good = [p for p, _ in with_attrs(paths, "verify", damaged=damaged, whole=True)]
+    return good, damaged
 
 
 def find_results(root: str | os.PathLike = "results", stage: str | None = None) -> list[Path]:

@@ -6,7 +6,15 @@ its command through this module, which takes K free ids from a host-wide pool of
 and releases the ids when it ends. The locks are ``flock`` locks, so the kernel drops them when the
 holder dies: a crashed or killed job can never leave an id taken.
 
+A lock is named by the GPU's physical identity (its UUID, else its PCI bus id, from NVML), not by
+the id the job sees: under SLURM every job of a node sees its own GPUs as 0..k-1, so index names
+would make jobs on different GPUs wait on each other, and two names for one GPU would let two jobs
+share it. Only CPU virtual devices (no NVML, no nvidia-smi) are named by their index. The lock
+folder is the user's own (mode 0700, checked on every claim) and lock files are never followed
+through a symlink: whoever controls the folder controls every GPU slot.
+
     gpulab-slot --gpus 2 -- python scripts/transfer.py ...
+    python -m gpulab.slots --show     # each visible id, its physical identity and its lock file
 """
 from __future__ import annotations
 
@@ -14,7 +22,9 @@ import argparse
 import contextlib
 import fcntl
 import os
+import json
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -49,13 +59,105 @@ def pool_ids() -> list[str]:
 
 
 def lock_dir() -> Path:
+    """The lock folder, created 0700; an error when it is not a folder of this user's alone."""
     d = Path(os.environ.get(DIR_ENV) or f"/tmp/gpulab-slots-{os.getuid()}")
-    d.mkdir(parents=True, exist_ok=True)
+    d.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(d, 0o700)
+    st = os.lstat(d)
+    fix = f"remove it or set {DIR_ENV} to a folder of your own"
+    if not stat.S_ISDIR(st.st_mode):
+        raise SlotError(f"GPU lock folder {d} is not a folder (a symlink or a file); {fix}")
+    if st.st_uid != os.getuid():
+        raise SlotError(f"GPU lock folder {d} belongs to uid {st.st_uid}, not to you "
+                        f"(uid {os.getuid()}): its owner could take or block every GPU slot; {fix}")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise SlotError(f"GPU lock folder {d} is writable by group or others "
+                        f"(mode {stat.S_IMODE(st.st_mode):o}): anyone could plant its lock files; "
+                        f"chmod 700 it, or {fix}")
     return d
 
 
+def _decode(v) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _nvml_identities(ids: list[str]) -> dict[str, str] | None:
+    """Visible id -> UUID (else PCI bus id) through NVML; None where NVML cannot start.
+
+    NVML counts GPUs in PCI bus order, as CUDA does under CUDA_DEVICE_ORDER=PCI_BUS_ID (which
+    :func:`job_env` sets), and inside a SLURM job's device cgroup it sees that job's GPUs only, so
+    index i of NVML is the GPU that id i names to the job.
+    """
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - no driver, no library: not a GPU host for NVML
+        return None
+    try:
+        out = {}
+        for gid in ids:
+            if not gid.isdigit():  # GPU-.../MIG-... UUIDs already name the device
+                out[gid] = gid
+                continue
+            try:
+                h = pynvml.nvmlDeviceGetHandleByIndex(int(gid))
+            except pynvml.NVMLError:
+                # Not a GPU of this host (a $GPULAB_GPU_POOL larger than the host, in tests): no
+                # physical device to share, so its index is its name.
+                out[gid] = gid
+                continue
+            try:
+                out[gid] = _decode(pynvml.nvmlDeviceGetUUID(h))
+            except pynvml.NVMLError:
+                out[gid] = "pci-" + _decode(pynvml.nvmlDeviceGetPciInfo(h).busId)
+        return out
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+
+
+def _smi_identities(ids: list[str]) -> dict[str, str] | None:
+    """The same from nvidia-smi where the NVML bindings are missing; None without nvidia-smi."""
+    import shutil
+
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30, check=True).stdout
+    except (subprocess.SubprocessError, OSError):
+        return None
+    by_index = dict(tuple(x.strip() for x in line.split(",", 1)) for line in out.splitlines()
+                    if "," in line)
+    return {g: by_index.get(g, g) for g in ids}  # as above: an id of no GPU keeps its index
+
+
+def identities(ids: list[str]) -> dict[str, str]:
+    """Each visible id's physical identity: a GPU UUID or PCI bus id; for CPU virtual devices (no
+    NVML, no nvidia-smi) the id itself."""
+    found = _nvml_identities(ids)
+    if found is None:
+        found = _smi_identities(ids)
+    return found if found is not None else {g: g for g in ids}
+
+
+def lock_name(identity: str) -> str:
+    safe = "".join(c if c.isalnum() or c in "-_.:" else "_" for c in identity)
+    return f"gpu-{safe}.lock"
+
+
 def _try_lock(path: Path) -> int | None:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        # Never through a symlink (O_NOFOLLOW): a planted link would make us lock, and truncate,
+        # a file of someone else's choosing.
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        if os.path.islink(path):
+            raise SlotError(f"GPU lock {path} is a symlink (to {os.readlink(path)}); it is not "
+                            "gpulab's: remove it") from None
+        raise SlotError(f"cannot open GPU lock {path}: {exc}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -80,12 +182,13 @@ def claim(count: int, timeout: float = 3600.0, poll: float = 0.2) -> Iterator[li
     held: dict[str, int] = {}
     deadline = time.monotonic() + timeout
     d = lock_dir()
+    names = {gid: lock_name(ident) for gid, ident in identities(ids).items()}
     try:
         while len(held) < count:
             for gid in ids:
                 if gid in held or len(held) == count:
                     continue
-                fd = _try_lock(d / f"gpu-{gid}.lock")
+                fd = _try_lock(d / names[gid])
                 if fd is not None:
                     held[gid] = fd
             if len(held) < count:
@@ -167,16 +270,35 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
+def show() -> list[dict]:
+    """Each pool id with its physical identity and lock file (``python -m gpulab.slots --show``)."""
+    ids = pool_ids()
+    d = lock_dir()
+    return [{"id": gid, "identity": ident, "lock": str(d / lock_name(ident))}
+            for gid, ident in identities(ids).items()]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="gpulab-slot",
         description="Run a command holding K GPU ids of its own (exports CUDA_VISIBLE_DEVICES).",
     )
-    ap.add_argument("--gpus", type=int, required=True, help="number of GPU ids to hold")
+    ap.add_argument("--gpus", type=int, help="number of GPU ids to hold")
+    ap.add_argument("--show", action="store_true",
+                    help="print each id of the pool, its physical identity and its lock file (JSON)")
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait for free ids")
     ap.add_argument("cmd", nargs=argparse.REMAINDER, help="-- command and its arguments")
     args = ap.parse_args(argv)
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if args.show:
+        try:
+            print(json.dumps(show(), indent=1))
+        except SlotError as exc:
+            print(f"gpulab-slot: error: {exc}", file=sys.stderr)
+            return 2
+        return 0
+    if args.gpus is None:
+        ap.error("--gpus is required")
     if not cmd:
         ap.error("no command given (put it after --)")
     try:

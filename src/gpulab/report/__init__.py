@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Iterable
 
 from gpulab import results
-from gpulab.report import chapters, provenance, sections
+from gpulab.report import chapters, damage, provenance, sections
 from gpulab.report import fleet as fleet_chapter
 from gpulab.report.html import Figures, error_box, esc, note, page
 
@@ -31,11 +31,14 @@ class Built:
     errors: list[str] = field(default_factory=list)
     figures: int = 0
     tables: int = 0
+    damaged: list[results.DamagedResult] = field(default_factory=list)
 
 
-def group_by_stage(files: Iterable[Path]) -> dict[str, list[Path]]:
+def group_by_stage(files: Iterable[Path],
+                   damaged: list[results.DamagedResult] | None = None) -> dict[str, list[Path]]:
+    """Whole results by stage; damaged ones go to ``damaged`` (see gpulab.report.damage)."""
     by_stage: dict[str, list[Path]] = defaultdict(list)
-    for f, a in results.with_attrs(files, "report"):
+    for f, a in results.with_attrs(files, "report", damaged=damaged, whole=True):
         by_stage[str(a["stage"])].append(Path(f))
     return by_stage
 
@@ -82,7 +85,8 @@ def build_report(files: Iterable[str | Path], title: str, figures_dir: Path | No
     # `gpulab compare --json` tables ride along with the results; they are not HDF5 results.
     comparisons = [f for f in files if f.suffix == ".json"]
     files = [f for f in files if f.suffix != ".json"]
-    by_stage = group_by_stage(files)
+    damaged: list[results.DamagedResult] = []
+    by_stage = group_by_stage(files, damaged)
     files = sorted(f for fs in by_stage.values() for f in fs)
     figs = Figures(out_dir=figures_dir)
     order = [s for s in sections.ORDER + sorted(set(by_stage) - set(sections.ORDER)) if s in by_stage]
@@ -96,7 +100,7 @@ def build_report(files: Iterable[str | Path], title: str, figures_dir: Path | No
     # The abstract needs every section's headlines; it is rendered first so its errors show there.
     abstract_errors = _errors_during(
         loaded, lambda: chapters.abstract(loaded, probe_files, files), frame)
-    ch.add("abstract", "Abstract", abstract_errors)
+    ch.add("abstract", "Abstract", damage.abstract_note(damaged) + abstract_errors)
 
     if probe:
         sec, pf = probe[0]
@@ -129,7 +133,7 @@ def build_report(files: Iterable[str | Path], title: str, figures_dir: Path | No
     ch.add("provenance", "Appendix: provenance", _errors_during(
         [], lambda: provenance.render(files, figs, built_by), frame))
 
-    errors = [e for s, _ in loaded for e in s.errors] + frame.errors
+    errors = [e for s, _ in loaded for e in s.errors] + frame.errors + damage.errors(damaged)
     hosts = sorted({str(results.read_attrs(f).get("host")) for f in files})
     head = (f"<h1>{esc(title)}</h1><p class='meta'>Generated {esc(built_by['at'])} from {len(files)} "
             f"result file(s), host(s): {esc(', '.join(hosts) or 'none')}; {figs.figure_no} figures, "
@@ -137,8 +141,9 @@ def build_report(files: Iterable[str | Path], title: str, figures_dir: Path | No
     if errors:
         head += error_box("the report", f"{len(errors)} section error(s); see the boxes below.")
     html = page(title, head + ch.toc_html() + "\n".join(ch.html),
-                meta={"gpulab-section-errors": len(errors), "gpulab-results": len(files)})
-    return Built(html, errors, figs.figure_no, figs.table_no)
+                meta={"gpulab-section-errors": len(errors), "gpulab-results": len(files),
+                      "gpulab-damaged-results": len(damaged)})
+    return Built(html, errors, figs.figure_no, figs.table_no, damaged)
 
 
 def _errors_during(loaded, fn, frame: sections.Section) -> str:

@@ -26,7 +26,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--figures-dir", type=Path,
                     help="also keep every figure as figNN.png here (for snakemake --report)")
     ap.add_argument("--strict", action="store_true",
-                    help="exit with status 1 when a section failed (the report is still written)")
+                    help="exit with status 1 when a section failed (the report is still written; "
+                         "a damaged result file always exits 1)")
     return ap.parse_args(argv)
 
 
@@ -55,4 +56,6 @@ def main(argv=None) -> int:
         except browser.ChromiumMissing as exc:
             raise SystemExit(f"report: cannot print {args.pdf}: {exc}") from None
         log.info("report: wrote %s", args.pdf)
-    return 1 if args.strict and built.errors else 0
+    # A damaged result fails the report (and so Snakemake's report rule) even without --strict: the
+    # HTML names it in the abstract, but a report that lacks a chapter must not pass as complete.
+    return 1 if built.damaged or (args.strict and built.errors) else 0

@@ -27,6 +27,14 @@ def collect_labelled(files: list[Path], table: str, label: Callable[[dict], str]
     return df.drop(columns=[c for c in META if c in df.columns])
 
 
+def _crashed(row) -> bool:
+    return isinstance(getattr(row, "note", None), str) and row.note.startswith("crashed:")
+
+
+def _first_line(text: str, limit: int = 400) -> str:
+    return text.strip().splitlines()[0][:limit]
+
+
 def checks_summary(files: list[Path], what: str = "checks verified") -> str:
     """"N of M <what>, K failed: ..." over the ``checks`` tables of ``files``.
 
@@ -39,7 +47,9 @@ def checks_summary(files: list[Path], what: str = "checks verified") -> str:
     failed = judged[judged["verdict"] == "fail"]
     text = f"{len(judged) - len(failed)} of {len(judged)} {what}"
     if len(failed):
-        names = [f"{r.check} [{r.case}]" for r in failed.itertuples()]
+        # A crash names its cause (e.g. the launch's first failing rank, its signal and log).
+        names = [f"{r.check} [{r.case}]" + (f" ({_first_line(r.note)})" if _crashed(r) else "")
+                 for r in failed.itertuples()]
         more = f" and {len(names) - 3} more" if len(names) > 3 else ""
         text += f", {len(failed)} failed: " + "; ".join(names[:3]) + more
     return text + "."
