@@ -355,3 +355,82 @@ def test_without_chromium_the_pdf_is_refused_clearly(monkeypatch, tmp_path, two_
         cli.main(["--inputs", str(two_hosts[0]), "--results-dir", str(tmp_path), "--out",
                   str(tmp_path / "x.html"), "--pdf", str(tmp_path / "x.pdf")])
     assert (tmp_path / "x.html").exists() and not (tmp_path / "x.pdf").exists()
+
+
+# --- verdicts that say what was judged (issue 24 item 3) ----------------------------------------
+
+def test_abstract_has_one_verdict_line_per_result(built):
+    b, _ = built
+    abstract = b.html[b.html.index('id="abstract"'):b.html.index('id="system"')]
+    lines = re.findall(r'<li class="verdict-[a-z_]+">(.*?)</li>', abstract)
+    assert len(lines) == 4  # probe and fakebench on two hosts
+    fake = [l for l in lines if l.startswith("<b>fakebench</b> on gpuhost")]
+    assert fake == ["<b>fakebench</b> on gpuhost: <b>fail</b>; 1 judged (0 checks, 1 bar), 1 failed, "
+                    "0 not applicable (0 bars, 0 other)."]
+    assert abstract.index('class="verdicts"') < abstract.index("Key results")
+
+
+def test_a_result_with_checks_and_no_judged_bar_reads_pass_no_bar_judged():
+    from gpulab.outcomes import Check, NotApplicable
+    from gpulab.report import verdicts
+
+    long = "needs at least two GPUs with peer access; this host has one " * 3
+    tables = {"checks": outcomes.checks_frame([Check.of("sorted", "n=10", True)]),
+              "bars": outcomes.bars_frame([Bar.not_applicable("p2p", "one device"),
+                                           Bar.not_applicable("p2p bi", "one device"),
+                                           Bar.not_applicable("x", long)]),
+              "not_applicable": outcomes.not_applicable_frame([NotApplicable("p2p", "one device")])}
+    line = verdicts.line_of("sort", "h", "main", tables)
+    assert line.verdict == "pass"
+    assert line.text.startswith("pass (no bar judged: one device; needs at least two GPUs")
+    assert line.text.count("one device") == 1 and len(line.text) < 120  # deduplicated, short
+    html = line.html()
+    assert "1 judged (1 check, 0 bars), 0 failed, 4 not applicable (3 bars, 1 other)" in html
+    nothing = verdicts.line_of("probe", "h", "main", {"not_applicable": tables["not_applicable"]})
+    assert nothing.text == "not_applicable (nothing judged: one device)"
+    failed = verdicts.line_of("sort", "h", "main", {"checks": outcomes.checks_frame(
+        [Check.of("sorted", "n=10", False)]), "bars": tables["bars"]})
+    assert failed.text == "fail"
+
+
+def _bars(n_pass: int, n_fail: int) -> pd.DataFrame:
+    rows = [Bar.measure(f"ok {i}", 90, 100, source="s", threshold=0.8, unit="GB/s") for i in range(n_pass)]
+    rows += [Bar.measure(f"slow {i}", 10, 100, source="s", threshold=0.8, unit="GB/s") for i in range(n_fail)]
+    return outcomes.bars_frame(rows)
+
+
+def test_bars_tables_show_failed_rows_first_and_never_cut_one():
+    from gpulab.report.html import Figures
+
+    html = Figures().table(_bars(66, 3), "bars of an 8-GPU host")  # default 60 rows
+    names = re.findall(r"<td>((?:ok|slow) \d+)</td>", html)
+    assert names[:3] == ["slow 0", "slow 1", "slow 2"] and len(names) == 60
+    assert "9 more rows in the HDF5 result (none of them failed)" in html
+    many = Figures().table(_bars(5, 70), "more failures than rows", max_rows=60)
+    assert len(re.findall(r"<td>slow \d+</td>", many)) == 70  # every failed row, past max_rows
+
+
+def test_comparison_figure_draws_bars_one_row_each_and_other_machines_apart():
+    from matplotlib.colors import to_hex
+
+    from gpulab.report import bars_figure
+
+    bars = _bars(1, 1)
+    bars.loc[0, "bar"] = "pinned H2D GPU0 cudaMemcpyAsync at the largest size " * 3  # 150 chars
+    bars = pd.concat([bars, outcomes.bars_frame([Bar.not_applicable("p2p", "one device")])])
+    bars.insert(0, "stage", "transfer")
+    bars.insert(1, "host", "h")
+    refs_ = pd.DataFrame({"stage": ["transfer"] * 2, "metric": ["copy (GB/s)", "P2P uni GB/s"],
+                          "measured": [90.0, 300.0], "reference": [100.0, 50.0],
+                          "source": ["datasheet", references.A5000_SOURCE], "fraction": [0.9, 6.0]})
+    rows, others = bars_figure.bar_rows(bars), bars_figure.other_rows(refs_, bars)
+    assert list(rows["verdict"]) == ["fail", "pass"]  # judged bars only, failed first
+    assert rows["label"].str.len().max() <= 44
+    assert list(others["fraction"]) == [6.0]  # the bar's own reference row is not repeated
+    fig = bars_figure.figure(rows, others)
+    top, bottom = fig.axes
+    assert [to_hex(p.get_facecolor()) for p in top.patches] == [bars_figure.COLOURS["fail"],
+                                                               bars_figure.COLOURS["pass"]]
+    assert list(top.collections[0].get_offsets()[:, 0]) == [0.8, 0.8]  # each row's threshold
+    assert len(bottom.patches) == 1 and "A5000" not in top.get_title()
+    plt.close(fig)

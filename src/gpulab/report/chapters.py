@@ -14,7 +14,9 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from gpulab import limits, outcomes, results  # noqa: E402
+from gpulab.report import bars_figure  # noqa: E402
 from gpulab.report import references as refs  # noqa: E402
+from gpulab.report import verdicts  # noqa: E402
 from gpulab.report.html import Figures, esc, note  # noqa: E402
 from gpulab.report.sections import CHECK_STR, CHECK_STR_LIST, Section  # noqa: E402
 
@@ -66,6 +68,8 @@ def abstract(sections: list[tuple[Section, list[Path]]], probe_files: list[Path]
              f"collectives, sorting, GEMM and parallel training, each verified and timed with "
              f"repetitions. This report was generated from {len(all_files)} result file(s) "
              f"from {len(hosts)} host(s) ({esc(', '.join(hosts)) or 'none'}).</p>"]
+    # One verdict line per result, before any headline: what was judged comes first.
+    parts.append(verdicts.html([v for _, files in sections for v in verdicts.lines(files)]))
     items = []
     for sec, files in sections:
         lines = sec.call("headlines", files, default=[], check=CHECK_STR_LIST)
@@ -92,21 +96,17 @@ def methods(sections: list[tuple[Section, list[Path]]], number: str) -> str:
     return "\n".join(parts)
 
 
-def _fraction_figure(df: pd.DataFrame, figs: Figures) -> str:
-    d = df.dropna(subset=["fraction"]).copy()
-    if d.empty:
+def _fraction_figure(bars: pd.DataFrame, references: pd.DataFrame, figs: Figures) -> str:
+    rows, others = bars_figure.bar_rows(bars), bars_figure.other_rows(references, bars)
+    fig = bars_figure.figure(rows, others)
+    if fig is None:
         return ""
-    d["label"] = d["stage"] + ": " + d["metric"].astype(str)
-    fig, ax = plt.subplots(figsize=(7.5, 0.9 + 0.32 * len(d)))
-    sns.barplot(data=d, y="label", x="fraction", hue="source", dodge=False, ax=ax, orient="h")
-    ax.axvline(1.0, color="k", lw=0.8, ls="--")
-    ax.set_xlabel("measured / reference")
-    ax.set_ylabel("")
-    # Beside the axes: inside, it covered the bar of whichever stage sorted last.
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
-    return figs.figure(fig, "Measured figures as a fraction of their reference (dashed line = 1: "
-                            "equal to the reference). Reference sources as in the legend; each "
-                            "stage's counting convention as in its methods section.")
+    return figs.figure(fig, "Measured figures as a fraction of their reference. Top: every judged "
+                            f"bar, one row each ({len(rows)}; failed first, coloured by verdict, "
+                            "the tick marks its threshold; not-applicable bars are in the table "
+                            "above). Bottom: comparisons that are not bars (other machines such as "
+                            "the seed's RTX A5000, references without a threshold): no verdict. "
+                            "Each stage's counting convention as in its methods section.")
 
 
 def _a5000_figure(figs: Figures) -> str:
@@ -151,22 +151,24 @@ def comparison(sections: list[tuple[Section, list[Path]]], files: list[Path],
                                 max_rows=200))
 
     parts.append(f"<h3>{number}.2 Measured figures against references</h3>")
-    frames = []
+    frames, keyed = [], []
     for sec, sfiles in sections:
         df = sec.call("references", sfiles, default=None, check=refs.normalize_references)
         if df is not None and len(df):
             df = refs.normalize_references(df)
             df.insert(0, "stage", sec.title)
             frames.append(df)
+            keyed.append(df.assign(stage=sec.stage))  # the figure's labels: the short stage name
     if frames:
         table = pd.concat(frames, ignore_index=True)
         cols = ["stage"] + [c for c in table.columns if c != "stage"]
         parts.append(figs.table(table[cols], "Each stage's key figures against reference figures "
                                 "(datasheet limits, the seed's RTX A5000 numbers, measured peaks); "
                                 "fraction = measured / reference.", max_rows=200))
-        parts.append(_fraction_figure(table, figs))
     else:
         parts.append(note("No stage compared its numbers with reference figures yet."))
+    parts.append(_fraction_figure(bars, pd.concat(keyed, ignore_index=True) if keyed
+                                  else pd.DataFrame(columns=refs.REFERENCE_COLUMNS + ["stage"]), figs))
 
     parts.append(f"<h3>{number}.3 Datasheet limits</h3>")
     ds = refs.datasheets()

@@ -73,12 +73,24 @@ class Figures:
               css_class: str = "") -> str:
         self.table_no += 1
         self.items.append(("table", self.table_no, caption))
-        shown = df.head(max_rows)
+        shown = shown_rows(df, max_rows)
         body = shown.to_html(index=False, border=0, float_format=lambda v: floatfmt.format(v),
                              escape=True, classes=css_class or None, na_rep="")
-        more = f"<p><i>{len(df) - max_rows} more rows in the HDF5 result.</i></p>" if len(df) > max_rows else ""
+        left = len(df) - len(shown)
+        more = (f"<p><i>{left} more rows in the HDF5 result (none of them failed).</i></p>"
+                if left else "")
         return (f'<div class="table" id="tab{self.table_no}"><p><b>Table {self.table_no}.</b> '
                 f"{html.escape(caption)}</p>{body}{more}</div>")
+
+
+def shown_rows(df: pd.DataFrame, max_rows: int) -> pd.DataFrame:
+    """The rows a table shows: in a table with a ``verdict`` column, failed rows first (in their
+    order) and every one of them, however many; then the other rows up to ``max_rows`` in all.
+    A reader must never miss a failure because the table was cut or sorted it out of sight."""
+    if "verdict" not in df.columns:
+        return df.head(max_rows)
+    failed = df["verdict"].astype(str) == "fail"
+    return pd.concat([df[failed], df[~failed].head(max(0, max_rows - int(failed.sum())))])
 
 
 def esc(s) -> str:
