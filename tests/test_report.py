@@ -434,3 +434,61 @@ def test_comparison_figure_draws_bars_one_row_each_and_other_machines_apart():
     assert list(top.collections[0].get_offsets()[:, 0]) == [0.8, 0.8]  # each row's threshold
     assert len(bottom.patches) == 1 and "A5000" not in top.get_title()
     plt.close(fig)
+
+
+# --- the report in fragments (issue 28 item 1) ----------------------------------------------------
+
+def outline(html: str) -> dict:
+    """What a reader sees, without the build time: chapters, headings, tables, figure captions,
+    the abstract, and the numbers of figures and tables."""
+    return {"chapters": re.findall(r'<section id="([^"]+)"><h[23]>([^<]*)</h[23]>', html),
+            "headings": re.findall(r"<h3[^>]*>([^<]*)</h3>", html),
+            "tables": re.findall(r'<div class="table" id="tab\d+">.*?</table>', html, re.S),
+            "figures": re.findall(r'<figure id="fig(\d+)">.*?<figcaption>(.*?)</figcaption>', html, re.S),
+            "abstract": html[html.index('id="abstract"'):html.index('id="system"')],
+            "errors": re.findall(r'<div class="section-error">.*?</div>', html)}
+
+
+def test_a_report_from_fragments_is_the_monolithic_report(two_hosts, fake_section, tmp_path, monkeypatch):
+    from gpulab.report import fragments
+
+    whole = build_report(two_hosts, "t", figures_dir=tmp_path / "whole")
+    by_stage = {"probe": two_hosts[0::2], "fakebench": two_hosts[1::2]}
+    for stage, files in by_stage.items():  # as the workflow's fragment jobs do, one per stage
+        fragments.write(fragments.render(stage, files), tmp_path / "frag" / f"{stage}.json")
+
+    def no_render(stage, files):
+        raise AssertionError(f"stage {stage} rendered again although its fragment is current")
+
+    monkeypatch.setattr(fragments, "render", no_render)
+    parts = build_report(two_hosts, "t", figures_dir=tmp_path / "parts", fragment_dir=tmp_path / "frag")
+    a, b = outline(whole.html), outline(parts.html)
+    assert a["tables"] and a["figures"] and a == b
+    assert (whole.figures, whole.tables) == (parts.figures, parts.tables)
+    assert sorted(p.name for p in (tmp_path / "parts").iterdir()) == [
+        f"fig{i:02d}.png" for i in range(1, parts.figures + 1)]
+    for p in (tmp_path / "whole").iterdir():  # each figure under its report number
+        assert (tmp_path / "parts" / p.name).read_bytes() == p.read_bytes()
+
+
+def test_a_fragment_of_other_results_or_unreadable_is_rendered_again(two_hosts, fake_section, tmp_path):
+    from gpulab.report import fragments
+
+    d = tmp_path / "frag"
+    fragments.write(fragments.render("fakebench", two_hosts[1:2]), d / "fakebench.json")  # one host
+    (d / "probe.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"probe\.json: unreadable"):
+        fragments.Fragment.read(d / "probe.json")
+    b = build_report(two_hosts, "t", fragment_dir=d)
+    assert outline(b.html) == outline(build_report(two_hosts, "t").html)
+
+
+def test_fragment_plan_reruns_a_fragment_on_its_own_results_only():
+    from gpulab.report import fragments
+
+    plan = fragments.plan(["probe", "sort", "kernels"], lambda s: {
+        "probe": ["r/probe/h.h5"], "sort": ["r/sort/h/main.h5"],
+        "kernels": ["r/kernels/h/a.h5", "r/kernels/h/b.h5"]}[s])
+    assert plan["kernels"]["own"] == ["r/kernels/h/a.h5", "r/kernels/h/b.h5"]
+    assert plan["kernels"]["after"] == ["r/probe/h.h5", "r/sort/h/main.h5"]
+    assert plan["sort"]["after"] == ["r/probe/h.h5", "r/kernels/h/a.h5", "r/kernels/h/b.h5"]

@@ -18,7 +18,7 @@ from gpulab.report import bars_figure  # noqa: E402
 from gpulab.report import references as refs  # noqa: E402
 from gpulab.report import verdicts  # noqa: E402
 from gpulab.report.html import Figures, esc, note  # noqa: E402
-from gpulab.report.sections import CHECK_STR, CHECK_STR_LIST, Section  # noqa: E402
+from gpulab.report.fragments import Fragment  # noqa: E402
 
 GENERAL_METHODS = """
 <p>Every number comes from an HDF5 result file written by one pipeline job; this report reads only
@@ -34,14 +34,6 @@ float64 reference) and records the check beside the timing. Results measured on 
 devices" (hosts without a GPU) run the same algorithms on CPU tensors and gloo processes; they are
 labelled <i>cpu</i> and never mixed with GPU numbers silently.</p>
 """
-
-
-def _devices_of(files: list[Path]) -> str:
-    kinds: dict[str, set[str]] = {}
-    for f in files:
-        a = results.read_attrs(f)
-        kinds.setdefault(str(a.get("device_kind")), set()).add(str(a.get("host")))
-    return "; ".join(f"{k} on {', '.join(sorted(h))}" for k, h in sorted(kinds.items()))
 
 
 def system_line(probe_files: list[Path]) -> str:
@@ -60,8 +52,7 @@ def system_line(probe_files: list[Path]) -> str:
     return "; ".join(out)
 
 
-def abstract(sections: list[tuple[Section, list[Path]]], probe_files: list[Path],
-             all_files: list[Path]) -> str:
+def abstract(frags: list[Fragment], probe_files: list[Path], all_files: list[Path]) -> str:
     hosts = sorted({str(results.read_attrs(f).get("host")) for f in all_files})
     system = system_line(probe_files) if probe_files else "an unprobed system"
     parts = [f"<p>We measure what {esc(system)} can really do: links and transfers, kernels, "
@@ -69,13 +60,12 @@ def abstract(sections: list[tuple[Section, list[Path]]], probe_files: list[Path]
              f"repetitions. This report was generated from {len(all_files)} result file(s) "
              f"from {len(hosts)} host(s) ({esc(', '.join(hosts)) or 'none'}).</p>"]
     # One verdict line per result, before any headline: what was judged comes first.
-    parts.append(verdicts.html([v for _, files in sections for v in verdicts.lines(files)]))
+    parts.append(verdicts.html([v for f in frags for v in f.verdict_lines()]))
     items = []
-    for sec, files in sections:
-        lines = sec.call("headlines", files, default=[], check=CHECK_STR_LIST)
-        if lines:
-            items.append(f"<li><b>{esc(sec.title)}</b> [{esc(_devices_of(files))}]: "
-                         f"{esc(' '.join(s.strip() for s in lines))}</li>")
+    for frag in frags:
+        if frag.headlines:
+            items.append(f"<li><b>{esc(frag.title)}</b> [{esc(frag.devices)}]: "
+                         f"{esc(' '.join(s.strip() for s in frag.headlines))}</li>")
     if items:
         parts.append("<p>Key results:</p><ul>" + "".join(items) + "</ul>")
     else:
@@ -86,13 +76,13 @@ def abstract(sections: list[tuple[Section, list[Path]]], probe_files: list[Path]
     return "\n".join(parts)
 
 
-def methods(sections: list[tuple[Section, list[Path]]], number: str) -> str:
+def methods(frags: list[Fragment], number: str) -> str:
     parts = [f"<h3>{number}.1 Common conventions</h3>{GENERAL_METHODS}"]
-    for i, (sec, _) in enumerate(sections, start=2):
-        text = sec.call("METHODS", default=None, check=CHECK_STR)
+    for i, frag in enumerate(frags, start=2):
+        text = frag.methods
         if not text or not text.strip():
-            text = note(f"The section of stage '{sec.stage}' states no methodology (METHODS).")
-        parts.append(f'<h3 id="methods-{esc(sec.stage)}">{number}.{i} {esc(sec.title)}</h3>{text}')
+            text = note(f"The section of stage '{frag.stage}' states no methodology (METHODS).")
+        parts.append(f'<h3 id="methods-{esc(frag.stage)}">{number}.{i} {esc(frag.title)}</h3>{text}')
     return "\n".join(parts)
 
 
@@ -126,7 +116,7 @@ def _a5000_figure(figs: Figures) -> str:
                             "or the sum of both (bi); latency in microseconds; rows: source GPU.")
 
 
-def comparison(sections: list[tuple[Section, list[Path]]], files: list[Path],
+def comparison(frags: list[Fragment], files: list[Path],
                gpu_names: list[str], figs: Figures, number: str) -> str:
     parts = []
 
@@ -152,13 +142,12 @@ def comparison(sections: list[tuple[Section, list[Path]]], files: list[Path],
 
     parts.append(f"<h3>{number}.2 Measured figures against references</h3>")
     frames, keyed = [], []
-    for sec, sfiles in sections:
-        df = sec.call("references", sfiles, default=None, check=refs.normalize_references)
+    for frag in frags:
+        df = frag.references_frame()
         if df is not None and len(df):
-            df = refs.normalize_references(df)
-            df.insert(0, "stage", sec.title)
+            df.insert(0, "stage", frag.title)
             frames.append(df)
-            keyed.append(df.assign(stage=sec.stage))  # the figure's labels: the short stage name
+            keyed.append(df.assign(stage=frag.stage))  # the figure's labels: the short stage name
     if frames:
         table = pd.concat(frames, ignore_index=True)
         cols = ["stage"] + [c for c in table.columns if c != "stage"]
