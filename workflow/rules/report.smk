@@ -23,9 +23,8 @@ if not REPORT_CHROMIUM and config["report"]["pdf"]:
 from gpulab.report import fragments as gpulab_fragments
 
 REPORT_FRAGMENTS = "results/report/fragments"
-REPORT_STAGES = list(config["report"]["stages"] or gpulab_stages.ORDER)
-REPORT_PLAN = gpulab_fragments.plan(
-    REPORT_STAGES, lambda s: gpulab_stages.get(s).final_results(config, HOST, HOST_GPUS))
+REPORT_PLAN = gpulab_fragments.plan(STAGE_RESULTS, gpulab_stages.ORDER)
+REPORT_STAGES = list(REPORT_PLAN)
 # The report's code (its package and script); a fragment's adds the section module of its stage,
 # which stages keep in their own packages.
 REPORT_CODE = sorted(stage_code("report"))
