@@ -91,12 +91,15 @@ def _fraction_figure(bars: pd.DataFrame, references: pd.DataFrame, figs: Figures
     fig = bars_figure.figure(rows, others)
     if fig is None:
         return ""
-    return figs.figure(fig, "Measured figures as a fraction of their reference. Top: every judged "
-                            f"bar, one row each ({len(rows)}; failed first, coloured by verdict, "
-                            "the tick marks its threshold; not-applicable bars are in the table "
-                            "above). Bottom: comparisons that are not bars (other machines such as "
-                            "the seed's RTX A5000, references without a threshold): no verdict. "
-                            "Each stage's counting convention as in its methods section.")
+    top = (f"{'Top panel' if len(others) else 'Bars'}: every judged bar, one row each ({len(rows)}; "
+           "failed first, coloured by verdict, the tick marks its threshold; not-applicable bars are "
+           "in the table above). " if len(rows) else
+           "No bar was judged here (every bar is not applicable: see the table above). ")
+    rest = (f"{'Bottom panel' if len(rows) else 'Comparisons'}: comparisons that are not bars (other "
+            "machines such as the seed's RTX A5000, references without a threshold): no verdict. "
+            if len(others) else "")
+    return figs.figure(fig, "Measured figures as a fraction of their reference. " + top + rest
+                       + "Each stage's counting convention as in its methods section.")
 
 
 def _a5000_figure(figs: Figures) -> str:

@@ -16,8 +16,8 @@ from gpulab import outcomes, results
 from gpulab.report.html import esc
 
 # Reasons shown per line, and characters per reason: the abstract stays a summary.
-MAX_REASONS = 3
-REASON_CHARS = 70
+MAX_REASONS = 2
+REASON_CHARS = 60
 
 
 def _short(text: str, limit: int = REASON_CHARS) -> str:
@@ -77,7 +77,7 @@ def line_of(stage: str, host: str, variant: str, tables: dict[str, pd.DataFrame]
     text = ov["verdict"]
     bars_judged = c["bars"] - c["bars_not_applicable"]
     if ov["verdict"] != outcomes.Verdict.FAIL.value and bars_judged == 0:
-        reasons = no_bar_reasons(tables) or ["this result records no bar"]
+        reasons = no_bar_reasons(tables) or ["no bar is defined for this result"]
         shown = "; ".join(reasons[:MAX_REASONS])
         if len(reasons) > MAX_REASONS:
             shown += f"; and {len(reasons) - MAX_REASONS} more"
