@@ -97,7 +97,8 @@ def assemble(frags: list[fragments.Fragment], files: Iterable[str | Path], title
     if probe:
         body = figs.adopt(probe[0].body, probe[0].items, probe[0].pngs)
     else:
-        body = fragments.no_probe_note()
+        body = note("No probe result: the hardware and software of the system under test are unknown. "
+                    "Run the probe rule (snakemake probe) on each host.")
     ch.add("system", "1. System under test", body)
     ch.add("methods", "2. Methods", _chapter(lambda: chapters.methods(frags, "2"), frame, frags,
                                              "methods"))

@@ -18,8 +18,9 @@ from pathlib import Path
 import pandas as pd
 
 from gpulab import results
+from gpulab.report import references as refs
 from gpulab.report import sections, verdicts
-from gpulab.report.html import Figures, error_box, note
+from gpulab.report.html import Figures, error_box
 
 log = logging.getLogger("gpulab.report")
 
@@ -111,8 +112,6 @@ def _guarded(sec: sections.Section, files: list[Path], figs: Figures) -> str:
 def render(stage: str, files: list[Path]) -> Fragment:
     """Render ``stage``'s section over ``files`` (its results, all hosts). Every hook is guarded:
     a failing one becomes an error in its phase, never an exception."""
-    from gpulab.report import references as refs  # the datasheet tables: only where references are
-
     files = sorted(Path(f) for f in files)  # the report's order: hosts side by side alike
     sec = sections.Section.load(stage)
     errors: dict[str, list[str]] = {}
@@ -172,11 +171,6 @@ def load_current(stage: str, files: list[Path], fragment_dir: Path | None) -> Fr
             log.info("report: fragment %s is not of the current results of stage '%s'; "
                      "rendering it here", path, stage)
     return render(stage, files)
-
-
-def no_probe_note() -> str:
-    return note("No probe result: the hardware and software of the system under test are unknown. "
-                "Run the probe rule (snakemake probe) on each host.")
 
 
 def plan(stage_results: list[str], stages: list[str]) -> dict[str, dict[str, list[str]]]:
