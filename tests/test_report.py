@@ -494,3 +494,19 @@ def test_fragment_plan_reruns_a_fragment_on_its_own_results_only():
     assert plan["kernels"]["after"] == ["results/probe/h.h5", "results/sort/h/main.h5"]
     assert plan["sort"]["after"] == ["results/probe/h.h5", "results/kernels/h/a.h5",
                                      "results/kernels/h/b.h5"]
+
+
+def test_chapters_after_the_abstract_come_in_order_and_a_broken_one_is_boxed(two_hosts, fake_section,
+                                                                            monkeypatch):
+    import gpulab.report as rep
+
+    def broken(frags, files, figs):
+        raise RuntimeError("no findings today")
+
+    monkeypatch.setattr(rep, "AFTER_ABSTRACT", [
+        ("findings", "Findings", lambda frags, files, figs: f"<p>{len(frags)} chapters</p>"),
+        ("more", "More", broken)])
+    b = build_report(two_hosts, "t")
+    ids = [s for s, _ in outline(b.html)["chapters"]]
+    assert ids[:4] == ["abstract", "findings", "more", "system"]
+    assert "<p>2 chapters</p>" in b.html and "no findings today" in b.html and len(b.errors) == 1

@@ -13,7 +13,7 @@ import platform
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from gpulab import results
 from gpulab.report import chapters, fragments, provenance, sections
@@ -21,6 +21,11 @@ from gpulab.report import fleet as fleet_chapter
 from gpulab.report.html import Figures, error_box, esc, note, page
 
 log = logging.getLogger("gpulab.report")
+
+
+# Chapters between the abstract and the system under test, in this order: (section id, heading,
+# builder(fragments, result files, figures) -> HTML). A builder that raises becomes an error box.
+AFTER_ABSTRACT: list[tuple[str, str, Callable]] = []
 
 
 @dataclass
@@ -93,6 +98,8 @@ def assemble(frags: list[fragments.Fragment], files: Iterable[str | Path], title
     frame = sections.Section("report", None)  # errors of the report's own chapters
     ch.add("abstract", "Abstract", _chapter(
         lambda: chapters.abstract(frags, probe_files, files), frame, frags, "headlines"))
+    for sid, heading, make in AFTER_ABSTRACT:
+        ch.add(sid, heading, _chapter(lambda: make(frags, files, figs), frame))
 
     if probe:
         body = figs.adopt(probe[0].body, probe[0].items, probe[0].pngs)
