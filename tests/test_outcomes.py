@@ -41,13 +41,32 @@ def test_overall_counts_crashes_and_failures():
     ov = outcomes.overall({"checks": checks})
     assert ov["verdict"] == "fail"
     assert ov["counts"]["crashed"] == 1
-    assert ov["summary"].startswith("131 of 132 checks passed, 1 failed (1 crashed)")
+    assert ov["summary"].startswith("132 judged (132 checks, 0 bars), 1 failed, 0 not applicable: "
+                                  "131 of 132 checks passed, 1 failed (1 crashed)")
 
 
 def test_overall_not_applicable_when_nothing_was_judged():
     ov = outcomes.overall({"bars": outcomes.bars_frame([Bar.not_applicable("p2p", "one device")]),
                            "not_applicable": outcomes.not_applicable_frame([NotApplicable("p2p", "one device")])})
     assert ov["verdict"] == "not_applicable"
+
+
+def test_overall_leads_with_the_judged_count_and_never_reads_0_of_0_bars_met():
+    """Issue 24: checks passed but every bar not applicable is a pass that judged no bar."""
+    ov = outcomes.overall({
+        "checks": outcomes.checks_frame([Check.of("sorted", i, True) for i in range(3)]),
+        "bars": outcomes.bars_frame([Bar.not_applicable("p2p", "one device"),
+                                     Bar.not_applicable("copy", "no datasheet figure for B200")]),
+        "not_applicable": outcomes.not_applicable_frame([NotApplicable("p2p", "one device")])})
+    assert ov["verdict"] == "pass"
+    assert ov["summary"].startswith("3 judged (3 checks, 0 bars), 0 failed, 3 not applicable: ")
+    assert "0 of 0" not in ov["summary"] and "no bar judged (2 not applicable)" in ov["summary"]
+    assert ov["counts"]["judged"] == 3 and ov["counts"]["failed"] == 0
+    met = outcomes.overall({"bars": outcomes.bars_frame([
+        Bar.measure("copy", 4000, 4800, source="datasheet", threshold=0.7, unit="GB/s"),
+        Bar.measure("copy", 1000, 4800, source="datasheet", threshold=0.7, unit="GB/s")])})
+    assert met["summary"].startswith("2 judged (0 checks, 2 bars), 1 failed, 0 not applicable: ")
+    assert "1 of 2 bars met" in met["summary"] and met["verdict"] == "fail"
 
 
 def test_within_check_fails_beyond_its_bound():

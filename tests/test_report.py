@@ -355,3 +355,158 @@ def test_without_chromium_the_pdf_is_refused_clearly(monkeypatch, tmp_path, two_
         cli.main(["--inputs", str(two_hosts[0]), "--results-dir", str(tmp_path), "--out",
                   str(tmp_path / "x.html"), "--pdf", str(tmp_path / "x.pdf")])
     assert (tmp_path / "x.html").exists() and not (tmp_path / "x.pdf").exists()
+
+
+# --- verdicts that say what was judged (issue 24 item 3) ----------------------------------------
+
+def test_abstract_has_one_verdict_line_per_result(built):
+    b, _ = built
+    abstract = b.html[b.html.index('id="abstract"'):b.html.index('id="system"')]
+    lines = re.findall(r'<li class="verdict-[a-z_]+">(.*?)</li>', abstract)
+    assert len(lines) == 4  # probe and fakebench on two hosts
+    fake = [l for l in lines if l.startswith("<b>fakebench</b> on gpuhost")]
+    assert fake == ["<b>fakebench</b> on gpuhost: <b>fail</b>; 1 judged (0 checks, 1 bar), 1 failed, "
+                    "0 not applicable (0 bars, 0 other)."]
+    assert abstract.index('class="verdicts"') < abstract.index("Key results")
+
+
+def test_a_result_with_checks_and_no_judged_bar_reads_pass_no_bar_judged():
+    from gpulab.outcomes import Check, NotApplicable
+    from gpulab.report import verdicts
+
+    long = "needs at least two GPUs with peer access; this host has one " * 3
+    tables = {"checks": outcomes.checks_frame([Check.of("sorted", "n=10", True)]),
+              "bars": outcomes.bars_frame([Bar.not_applicable("p2p", "one device"),
+                                           Bar.not_applicable("p2p bi", "one device"),
+                                           Bar.not_applicable("x", long)]),
+              "not_applicable": outcomes.not_applicable_frame([NotApplicable("p2p", "one device")])}
+    line = verdicts.line_of("sort", "h", "main", tables)
+    assert line.verdict == "pass"
+    assert line.text.startswith("pass (no bar judged: one device; needs at least two GPUs")
+    assert line.text.count("one device") == 1 and len(line.text) < 120  # deduplicated, short
+    html = line.html()
+    assert "1 judged (1 check, 0 bars), 0 failed, 4 not applicable (3 bars, 1 other)" in html
+    nothing = verdicts.line_of("probe", "h", "main", {"not_applicable": tables["not_applicable"]})
+    assert nothing.text == "not_applicable (nothing judged: one device)"
+    failed = verdicts.line_of("sort", "h", "main", {"checks": outcomes.checks_frame(
+        [Check.of("sorted", "n=10", False)]), "bars": tables["bars"]})
+    assert failed.text == "fail"
+
+
+def _bars(n_pass: int, n_fail: int) -> pd.DataFrame:
+    rows = [Bar.measure(f"ok {i}", 90, 100, source="s", threshold=0.8, unit="GB/s") for i in range(n_pass)]
+    rows += [Bar.measure(f"slow {i}", 10, 100, source="s", threshold=0.8, unit="GB/s") for i in range(n_fail)]
+    return outcomes.bars_frame(rows)
+
+
+def test_bars_tables_show_failed_rows_first_and_never_cut_one():
+    from gpulab.report.html import Figures
+
+    html = Figures().table(_bars(66, 3), "bars of an 8-GPU host")  # default 60 rows
+    names = re.findall(r"<td>((?:ok|slow) \d+)</td>", html)
+    assert names[:3] == ["slow 0", "slow 1", "slow 2"] and len(names) == 60
+    assert "9 more rows in the HDF5 result (none of them failed)" in html
+    many = Figures().table(_bars(5, 70), "more failures than rows", max_rows=60)
+    assert len(re.findall(r"<td>slow \d+</td>", many)) == 70  # every failed row, past max_rows
+
+
+def test_comparison_figure_draws_bars_one_row_each_and_other_machines_apart():
+    from matplotlib.colors import to_hex
+
+    from gpulab.report import bars_figure
+
+    bars = _bars(1, 1)
+    bars.loc[0, "bar"] = "pinned H2D GPU0 cudaMemcpyAsync at the largest size " * 3  # 150 chars
+    bars = pd.concat([bars, outcomes.bars_frame([Bar.not_applicable("p2p", "one device")])])
+    bars.insert(0, "stage", "transfer")
+    bars.insert(1, "host", "h")
+    refs_ = pd.DataFrame({"stage": ["transfer"] * 2, "metric": ["copy (GB/s)", "P2P uni GB/s"],
+                          "measured": [90.0, 300.0], "reference": [100.0, 50.0],
+                          "source": ["datasheet", references.A5000_SOURCE], "fraction": [0.9, 6.0]})
+    rows, others = bars_figure.bar_rows(bars), bars_figure.other_rows(refs_, bars)
+    assert list(rows["verdict"]) == ["fail", "pass"]  # judged bars only, failed first
+    assert rows["label"].str.len().max() <= 44
+    assert list(others["fraction"]) == [6.0]  # the bar's own reference row is not repeated
+    fig = bars_figure.figure(rows, others)
+    top, bottom = fig.axes
+    assert [to_hex(p.get_facecolor()) for p in top.patches] == [bars_figure.COLOURS["fail"],
+                                                               bars_figure.COLOURS["pass"]]
+    assert list(top.collections[0].get_offsets()[:, 0]) == [0.8, 0.8]  # each row's threshold
+    assert len(bottom.patches) == 1 and "A5000" not in top.get_title()
+    plt.close(fig)
+
+
+# --- the report in fragments (issue 28 item 1) ----------------------------------------------------
+
+def outline(html: str) -> dict:
+    """What a reader sees, without the build time: chapters, headings, tables, figure captions,
+    the abstract, and the numbers of figures and tables."""
+    return {"chapters": re.findall(r'<section id="([^"]+)"><h[23]>([^<]*)</h[23]>', html),
+            "headings": re.findall(r"<h3[^>]*>([^<]*)</h3>", html),
+            "tables": re.findall(r'<div class="table" id="tab\d+">.*?</table>', html, re.S),
+            "figures": re.findall(r'<figure id="fig(\d+)">.*?<figcaption>(.*?)</figcaption>', html, re.S),
+            "abstract": html[html.index('id="abstract"'):html.index('id="system"')],
+            "errors": re.findall(r'<div class="section-error">.*?</div>', html)}
+
+
+def test_a_report_from_fragments_is_the_monolithic_report(two_hosts, fake_section, tmp_path, monkeypatch):
+    from gpulab.report import fragments
+
+    whole = build_report(two_hosts, "t", figures_dir=tmp_path / "whole")
+    by_stage = {"probe": two_hosts[0::2], "fakebench": two_hosts[1::2]}
+    for stage, files in by_stage.items():  # as the workflow's fragment jobs do, one per stage
+        fragments.write(fragments.render(stage, files), tmp_path / "frag" / f"{stage}.json")
+
+    def no_render(stage, files):
+        raise AssertionError(f"stage {stage} rendered again although its fragment is current")
+
+    monkeypatch.setattr(fragments, "render", no_render)
+    parts = build_report(two_hosts, "t", figures_dir=tmp_path / "parts", fragment_dir=tmp_path / "frag")
+    a, b = outline(whole.html), outline(parts.html)
+    assert a["tables"] and a["figures"] and a == b
+    assert (whole.figures, whole.tables) == (parts.figures, parts.tables)
+    assert sorted(p.name for p in (tmp_path / "parts").iterdir()) == [
+        f"fig{i:02d}.png" for i in range(1, parts.figures + 1)]
+    for p in (tmp_path / "whole").iterdir():  # each figure under its report number
+        assert (tmp_path / "parts" / p.name).read_bytes() == p.read_bytes()
+
+
+def test_a_fragment_of_other_results_or_unreadable_is_rendered_again(two_hosts, fake_section, tmp_path):
+    from gpulab.report import fragments
+
+    d = tmp_path / "frag"
+    fragments.write(fragments.render("fakebench", two_hosts[1:2]), d / "fakebench.json")  # one host
+    (d / "probe.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"probe\.json: unreadable"):
+        fragments.Fragment.read(d / "probe.json")
+    b = build_report(two_hosts, "t", fragment_dir=d)
+    assert outline(b.html) == outline(build_report(two_hosts, "t").html)
+
+
+def test_fragment_plan_reruns_a_fragment_on_its_own_results_only():
+    from gpulab.report import fragments
+
+    res = ["results/probe/h.h5", "results/kernels/h/a.h5", "results/sort/h/main.h5",
+           "results/kernels/h/b.h5", "results/baseline/h/b0.json"]
+    plan = fragments.plan(res, ["probe", "data", "kernels", "sort"])
+    assert list(plan) == ["probe", "kernels", "sort"]  # report order; no results, no fragment
+    assert plan["kernels"]["own"] == ["results/kernels/h/a.h5", "results/kernels/h/b.h5"]
+    assert plan["kernels"]["after"] == ["results/probe/h.h5", "results/sort/h/main.h5"]
+    assert plan["sort"]["after"] == ["results/probe/h.h5", "results/kernels/h/a.h5",
+                                     "results/kernels/h/b.h5"]
+
+
+def test_chapters_after_the_abstract_come_in_order_and_a_broken_one_is_boxed(two_hosts, fake_section,
+                                                                            monkeypatch):
+    import gpulab.report as rep
+
+    def broken(frags, files, figs):
+        raise RuntimeError("no findings today")
+
+    monkeypatch.setattr(rep, "AFTER_ABSTRACT", [
+        ("findings", "Findings", lambda frags, files, figs: f"<p>{len(frags)} chapters</p>"),
+        ("more", "More", broken)])
+    b = build_report(two_hosts, "t")
+    ids = [s for s, _ in outline(b.html)["chapters"]]
+    assert ids[:4] == ["abstract", "findings", "more", "system"]
+    assert "<p>2 chapters</p>" in b.html and "no findings today" in b.html and len(b.errors) == 1

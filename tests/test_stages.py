@@ -172,12 +172,15 @@ def test_a_registered_stage_gets_its_rule_schema_section_and_place_in_the_report
                        cwd=wf, capture_output=True, text=True, env=env)
     assert p.stdout.split() == ["tiny", "gpulab.tiny.section"], p.stderr
     # Its rule: in the plan of `snakemake` (the report reads it) and a target of its own. Its
-    # section is the report's code, not the stage's: editing it reruns only the report.
+    # section is the report's code, not the stage's: editing it reruns only its chapter (its
+    # report fragment) and the report.
     out = snakemake(wf, "--cores", "1", "--dry-run", env=env).stdout
     assert job_counts(out)["tiny"] == 1
     inputs = dict(re.findall(r"^(?:local)?rule (\w+):\n\s+input: ([^\n]*)", out, re.M))
     assert "src/gpulab/tiny/schema.yaml" in inputs["tiny"]
-    assert "section.py" not in inputs["tiny"] and "src/gpulab/tiny/section.py" in inputs["report"]
+    fragments = re.findall(r"^(?:local)?rule report_fragment:\n\s+input: ([^\n]*)", out, re.M)
+    assert "section.py" not in inputs["tiny"] and "section.py" not in inputs["report"]
+    assert sum("src/gpulab/tiny/section.py" in i for i in fragments) == 1  # tiny's chapter only
     assert job_counts(snakemake(wf, "--cores", "1", "--dry-run", "tiny", env=env).stdout) == {
         "tiny": 1}
     # Its schema: defaults in the job's payload, and a bad value named at its file:line and key.

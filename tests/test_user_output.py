@@ -66,17 +66,20 @@ def test_one_gpu_heatmap_titles_do_not_overlap(tmp_path):
 
 
 def test_fraction_figure_legend_covers_no_bar():
-    from gpulab.report import chapters
+    from gpulab.report import bars_figure
 
-    df = pd.DataFrame({"stage": ["transfer", "gemm", "sort"], "metric": ["h2d", "bf16", "keys"],
-                       "fraction": [0.95, 1.02, 0.99], "source": ["datasheet", "torch", "cupy"]})
-    figs = _captured_figures()
-    chapters._fraction_figure(df, figs)
-    ax = figs.drawn.axes[0]
-    renderer = figs.drawn.canvas.get_renderer()
-    legend = ax.get_legend().get_window_extent(renderer)
-    bars = [p.get_window_extent(renderer) for p in ax.patches if p.get_width() > 0]
-    assert bars and not any(_overlap(legend, b) for b in bars)
+    bars = pd.DataFrame({"stage": ["transfer", "gemm", "sort"], "host": "h", "bar": ["h2d", "bf16", "keys"],
+                         "measured": [95.0, 102.0, 99.0], "reference": [100.0] * 3,
+                         "ratio": [0.95, 1.02, 0.99], "threshold": [0.75, 0.9, 0.5],
+                         "verdict": ["pass", "pass", "fail"]})
+    others = pd.DataFrame({"label": ["transfer: P2P uni vs A5000"], "fraction": [6.0], "source": ["seed"]})
+    fig = bars_figure.figure(bars_figure.bar_rows(bars), others)
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        bars_ = [p.get_window_extent(renderer) for p in ax.patches if p.get_width() > 0]
+        assert bars_ and (legend is None or not any(_overlap(legend.get_window_extent(renderer), b)
+                                                    for b in bars_))
 
 
 def test_readme_stage_script_and_launch_check_commands_name_the_venv():

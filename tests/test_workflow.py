@@ -57,7 +57,8 @@ def test_config_change_reruns_only_that_stage_and_the_report(finished_run, tmp_p
     try:
         _set(wf, "probe", "gpus", 1)
         plan = planned_rules(wf, env={"GPULAB_HOST": "testhost", "GPULAB_GPU_POOL": ""})
-        assert set(plan) == {"probe", "report", "all"}, plan
+        # The stage, its chapter alone (one fragment), and the report that assembles the chapters.
+        assert plan == {"probe": 1, "report_fragment": 1, "report": 1, "all": 1}, plan
         _set(wf, "report", "title", "another title")
         cfg.write_text(original)
         _set(wf, "report", "title", "another title")
@@ -80,7 +81,8 @@ def test_multinode_setting_reruns_only_the_multiprocess_stages(finished_run):
         out = p.stdout + p.stderr
         # data, probe, transfer, kernels and sort never read devices.nodes: their jobs stay done.
         assert set(job_counts(out)) == {"collectives_variant", "gemm", "train_variant", "report",
-                                        "all"}, out
+                                        "report_fragment", "all"}, out
+        assert job_counts(out)["report_fragment"] == 3, out  # the chapters of those three stages
         # The rerun reason names the payload files, not the whole config slice.
         reasons = [line for line in out.splitlines() if "reason:" in line]
         assert reasons and all(len(line) < 400 for line in reasons), reasons
@@ -94,7 +96,7 @@ def test_code_change_reruns_the_stage_it_touches(finished_run):
     src = wf / "src" / "gpulab" / "probe" / "host.py"
     src.write_text(src.read_text() + "\n")
     plan = planned_rules(wf, env={"GPULAB_HOST": "testhost", "GPULAB_GPU_POOL": ""})
-    assert set(plan) == {"probe", "report", "all"}, plan
+    assert plan == {"probe": 1, "report_fragment": 1, "report": 1, "all": 1}, plan
 
 
 def test_bad_config_fails_with_file_line_and_key(workflow_dir):

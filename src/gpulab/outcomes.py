@@ -11,8 +11,8 @@ A stage states what it verified and how fast it was in three tables of the same 
 Every verdict is one of exactly three values (:class:`Verdict`). The root attribute ``verdict`` of a
 result file is the overall verdict (:func:`overall`): ``fail`` if any check or bar failed or any
 case crashed, ``pass`` if something passed, ``not_applicable`` if nothing could be judged;
-``verdict_counts`` (JSON) and ``verdict_summary`` ("131 of 132 checks passed, 1 failed: ...") go
-beside it. :func:`gpulab.results.write` sets them, so no stage sets its own.
+``verdict_counts`` (JSON) and ``verdict_summary`` ("132 judged (132 checks, 0 bars), 1 failed, 0
+not applicable: 131 of 132 checks passed, 1 failed: ...") go beside it. :func:`gpulab.results.write` sets them, so no stage sets its own.
 """
 from __future__ import annotations
 
@@ -192,9 +192,11 @@ def overall(tables: Mapping[str, pd.DataFrame]) -> dict:
     """The result's overall verdict from its ``checks`` and ``bars`` tables.
 
     Returns ``{'verdict', 'counts', 'summary'}``. Crashed cases are checks named 'ran' that failed.
+    The summary leads with what was judged ("3 judged (2 checks, 1 bar), 0 failed, 4 not
+    applicable"), so a pass that judged no bar never reads like one that met its bars.
     """
-    counts = {"checks": 0, "checks_failed": 0, "crashed": 0, "bars": 0, "bars_failed": 0,
-              "bars_not_applicable": 0, "not_applicable": 0}
+    counts = {"checks": 0, "checks_failed": 0, "checks_not_applicable": 0, "crashed": 0, "bars": 0,
+              "bars_failed": 0, "bars_not_applicable": 0, "not_applicable": 0}
     verdicts: list[Verdict] = []
     failed_what: list[str] = []
     checks = tables.get(CHECKS)
@@ -202,6 +204,7 @@ def overall(tables: Mapping[str, pd.DataFrame]) -> dict:
         for _, row in checks.iterrows():
             v = Verdict.parse(row["verdict"])
             if v is Verdict.NOT_APPLICABLE:
+                counts["checks_not_applicable"] += 1
                 continue
             counts["checks"] += 1
             verdicts.append(v)
@@ -226,15 +229,24 @@ def overall(tables: Mapping[str, pd.DataFrame]) -> dict:
     counts["not_applicable"] = 0 if na is None else len(na)
     verdict = combine(verdicts)
     n, nf = counts["checks"], counts["checks_failed"]
+    bars_judged = counts["bars"] - counts["bars_not_applicable"]
+    counts["judged"] = n + bars_judged
+    counts["failed"] = nf + counts["bars_failed"]
+    n_na = counts["checks_not_applicable"] + counts["bars_not_applicable"] + counts["not_applicable"]
+    head = (f"{counts['judged']} judged ({n} check{'s' * (n != 1)}, {bars_judged} "
+            f"bar{'s' * (bars_judged != 1)}), {counts['failed']} failed, {n_na} not applicable")
     parts = [f"{n - nf} of {n} checks passed" if n else "no checks"]
     if nf:
         crashed = f" ({counts['crashed']} crashed)" if counts["crashed"] else ""
         parts[0] += f", {nf} failed{crashed}"
-    judged = counts["bars"] - counts["bars_not_applicable"]
-    if counts["bars"]:
-        parts.append(f"{judged - counts['bars_failed']} of {judged} bars met"
+    if bars_judged:
+        parts.append(f"{bars_judged - counts['bars_failed']} of {bars_judged} bars met"
                      + (f", {counts['bars_not_applicable']} not applicable" if counts["bars_not_applicable"] else ""))
-    summary = "; ".join(parts)
+    elif counts["bars"]:  # "0 of 0 bars met" read like a pass of the bars
+        parts.append(f"no bar judged ({counts['bars_not_applicable']} not applicable)")
+    else:
+        parts.append("no bars")
+    summary = head + ": " + "; ".join(parts)
     if failed_what:
         shown = ", ".join(failed_what[:5]) + (f" and {len(failed_what) - 5} more" if len(failed_what) > 5 else "")
         summary += f". Failed: {shown}"

@@ -15,14 +15,46 @@ REPORT_NO_PDF = (
 )
 if not REPORT_CHROMIUM and config["report"]["pdf"]:
     logger.warning(REPORT_NO_PDF)
-# The report's code: its package, and the section modules stages keep in their own packages.
-REPORT_CODE = sorted(set(stage_code("report")) | {
-    str(f) for f in map(section_file, gpulab_stages.STAGES.values()) if f.exists()})
+# Each stage's chapter is a fragment rendered by a job of its own from that stage's results, so a
+# change to one stage re-renders one chapter; the report job assembles the fragments, the abstract
+# and the chapters across stages (comparison, fleet, provenance). gpulab.report.fragments.plan: a
+# fragment waits for every stage's results (never rendering beside a timing job), and reruns only
+# when its own change.
+from gpulab.report import fragments as gpulab_fragments
+
+REPORT_FRAGMENTS = "results/report/fragments"
+REPORT_PLAN = gpulab_fragments.plan(STAGE_RESULTS, gpulab_stages.ORDER)
+REPORT_STAGES = list(REPORT_PLAN)
+# The report's code (its package and script); a fragment's adds the section module of its stage,
+# which stages keep in their own packages.
+REPORT_CODE = sorted(stage_code("report"))
+
+
+def fragment_code(stage):
+    section = section_file(gpulab_stages.get(stage))
+    return REPORT_CODE + ([str(section)] if section.exists() else [])
+
+
+rule report_fragment:
+    input:
+        results=lambda wc: REPORT_PLAN[wc.stage]["own"],
+        after=lambda wc: [ancient(f) for f in REPORT_PLAN[wc.stage]["after"]],
+        code=lambda wc: fragment_code(wc.stage),
+    output:
+        f"{REPORT_FRAGMENTS}/{{stage}}.json",
+    wildcard_constraints:
+        stage="|".join(REPORT_STAGES),
+    log:
+        "results/logs/report/fragment-{stage}.log",
+    shell:
+        f"{PY} {SCRIPTS}/report.py --fragment {{wildcards.stage}} --results-dir results "
+        "--inputs {input.results} --out {output} 2>&1 | tee {log}"
 
 
 rule report:
     input:
         results=STAGE_RESULTS,
+        fragments=expand(f"{REPORT_FRAGMENTS}/{{stage}}.json", stage=REPORT_STAGES),
         code=REPORT_CODE,
     output:
         html=report(REPORT_HTML, caption="../report/report.rst", category="Report"),
@@ -34,12 +66,13 @@ rule report:
     params:
         title=config["report"]["title"],
         pdf=lambda wildcards, output: f"--pdf {output.pdf}" if REPORT_CHROMIUM else "",
+        fragments=REPORT_FRAGMENTS,
     log:
         "results/logs/report/report.log",
     shell:
         f"{PY} {SCRIPTS}/report.py --results-dir results --inputs {{input.results}} "
-        "--title {params.title:q} --out {output.html} --figures-dir {output.figures} {params.pdf} "
-        "2>&1 | tee {log}"
+        "--fragments-dir {params.fragments} --title {params.title:q} --out {output.html} "
+        "--figures-dir {output.figures} {params.pdf} 2>&1 | tee {log}"
 
 
 if not REPORT_CHROMIUM:

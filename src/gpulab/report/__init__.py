@@ -13,14 +13,19 @@ import platform
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from gpulab import results
-from gpulab.report import chapters, damage, provenance, sections
+from gpulab.report import chapters, damage, fragments, provenance, sections
 from gpulab.report import fleet as fleet_chapter
 from gpulab.report.html import Figures, error_box, esc, note, page
 
 log = logging.getLogger("gpulab.report")
+
+
+# Chapters between the abstract and the system under test, in this order: (section id, heading,
+# builder(fragments, result files, figures) -> HTML). A builder that raises becomes an error box.
+AFTER_ABSTRACT: list[tuple[str, str, Callable]] = []
 
 
 @dataclass
@@ -67,62 +72,67 @@ class _Chapters:
         return f'<nav class="toc"><b>Contents</b><ul>{items}</ul></nav>'
 
 
-def _guarded(sec: sections.Section, files: list[Path], figs: Figures) -> str:
-    """A section's render(), or an error box when it raised or rendered nothing."""
-    n_before = len(sec.errors)
-    if sec.module is None:
-        body = ""
-    else:
-        body = sec.call("render", files, figs, default="", check=sections.CHECK_STR)
-        if not body.strip() and len(sec.errors) == n_before:
-            sec.errors.append(f"section '{sec.stage}', render: returned no HTML")
-            log.error("report: %s", sec.errors[-1])
-    return body + "".join(error_box(f"stage '{sec.stage}'", e) for e in sec.errors[n_before:])
+def build_report(files: Iterable[str | Path], title: str, figures_dir: Path | None = None,
+                 fragment_dir: Path | None = None) -> Built:
+    """The report of ``files``. Each stage's chapter is a fragment (:mod:`gpulab.report.fragments`):
+    taken from ``fragment_dir`` where one was rendered from exactly these results (the workflow's
+    per-stage rules), else rendered here."""
+    files = sorted({Path(f) for f in files})
+    damaged: list[results.DamagedResult] = []
+    by_stage = group_by_stage((f for f in files if f.suffix != ".json"), damaged)
+    order = [s for s in sections.ORDER + sorted(set(by_stage) - set(sections.ORDER)) if s in by_stage]
+    frags = [fragments.load_current(s, by_stage[s], fragment_dir) for s in order]
+    return assemble(frags, files, title, figures_dir, damaged)
 
 
-def build_report(files: Iterable[str | Path], title: str, figures_dir: Path | None = None) -> Built:
+def assemble(frags: list[fragments.Fragment], files: Iterable[str | Path], title: str,
+             figures_dir: Path | None = None,
+             damaged: list[results.DamagedResult] | None = None) -> Built:
+    """The report from its stages' fragments (in report order) and the chapters around them:
+    abstract, methods, comparison, fleet and provenance, read from ``files``. ``damaged``: result
+    files that could not be read whole; the abstract names them and the report counts them as
+    errors (see gpulab.report.damage)."""
+    damaged = list(damaged or [])
     files = sorted({Path(f) for f in files})
     # `gpulab compare --json` tables ride along with the results; they are not HDF5 results.
     comparisons = [f for f in files if f.suffix == ".json"]
-    files = [f for f in files if f.suffix != ".json"]
-    damaged: list[results.DamagedResult] = []
-    by_stage = group_by_stage(files, damaged)
-    files = sorted(f for fs in by_stage.values() for f in fs)
+    bad = {Path(d.path) for d in damaged}
+    files = sorted(f for fs in group_by_stage(
+        (f for f in files if f.suffix != ".json" and f not in bad), damaged).values() for f in fs)
     figs = Figures(out_dir=figures_dir)
-    order = [s for s in sections.ORDER + sorted(set(by_stage) - set(sections.ORDER)) if s in by_stage]
-    loaded = [(sections.Section.load(s), by_stage[s]) for s in order]
-    probe = [(s, f) for s, f in loaded if s.stage == "probe"]
-    stages = [(s, f) for s, f in loaded if s.stage != "probe"]
-    probe_files = by_stage.get("probe", [])
+    probe = [f for f in frags if f.stage == "probe"]
+    stages = [f for f in frags if f.stage != "probe"]
+    probe_files = [f for f in files if str(results.read_attrs(f).get("stage")) == "probe"]
 
     ch = _Chapters()
     frame = sections.Section("report", None)  # errors of the report's own chapters
-    # The abstract needs every section's headlines; it is rendered first so its errors show there.
-    abstract_errors = _errors_during(
-        loaded, lambda: chapters.abstract(loaded, probe_files, files), frame)
-    ch.add("abstract", "Abstract", damage.abstract_note(damaged) + abstract_errors)
+    ch.add("abstract", "Abstract", damage.abstract_note(damaged) + _chapter(
+        lambda: chapters.abstract(frags, probe_files, files), frame, frags, "headlines"))
+    for sid, heading, make in AFTER_ABSTRACT:
+        ch.add(sid, heading, _chapter(lambda: make(frags, files, figs), frame))
 
     if probe:
-        sec, pf = probe[0]
-        body = _guarded(sec, pf, figs)
+        body = figs.adopt(probe[0].body, probe[0].items, probe[0].pngs)
     else:
         body = note("No probe result: the hardware and software of the system under test are unknown. "
                     "Run the probe rule (snakemake probe) on each host.")
     ch.add("system", "1. System under test", body)
-    ch.add("methods", "2. Methods", _errors_during(loaded, lambda: chapters.methods(loaded, "2"), frame))
+    ch.add("methods", "2. Methods", _chapter(lambda: chapters.methods(frags, "2"), frame, frags,
+                                             "methods"))
 
     res = []
-    for i, (sec, sf) in enumerate(stages, start=1):
-        res.append(f'<section id="stage-{esc(sec.stage)}"><h3>3.{i} {esc(sec.title)}</h3>'
-                   f"<p class='meta'>{len(sf)} result file(s): {esc(chapters._devices_of(sf))}.</p>"
-                   f"{_guarded(sec, sf, figs)}</section>")
+    for i, frag in enumerate(stages, start=1):
+        res.append(f'<section id="stage-{esc(frag.stage)}"><h3>3.{i} {esc(frag.title)}</h3>'
+                   f"<p class='meta'>{frag.n_files} result file(s): {esc(frag.devices)}.</p>"
+                   f"{figs.adopt(frag.body, frag.items, frag.pngs)}</section>")
     ch.add("results", "3. Results", "\n".join(res) or note(
         "No stage results yet: only the probe ran. Run `snakemake --cores all` for the full pipeline."))
-    ch.add("comparison", "4. Comparison with reference figures", _errors_during(
-        loaded, lambda: chapters.comparison(stages, files, _gpu_names(probe_files), figs, "4"), frame))
+    ch.add("comparison", "4. Comparison with reference figures", _chapter(
+        lambda: chapters.comparison(stages, files, _gpu_names(probe_files), figs, "4"), frame,
+        frags, "references"))
 
-    ch.add("fleet", "5. Fleet and baselines", _errors_during(
-        [], lambda: fleet_chapter.fleet_section(files, figs), frame))
+    ch.add("fleet", "5. Fleet and baselines", _chapter(
+        lambda: fleet_chapter.fleet_section(files, figs), frame))
     for i, comp in enumerate(comparisons, start=1):
         heading, body = fleet_chapter.baseline_section(comp, figs)
         ch.add(f"baseline-{i}", f"5.{i} {heading}", body)
@@ -130,10 +140,10 @@ def build_report(files: Iterable[str | Path], title: str, figures_dir: Path | No
     commit, dirty = results.git_state()
     built_by = {"at": results.now_iso(), "git": commit[:12] + ("+dirty" if dirty else ""),
                 "python": platform.python_version()}
-    ch.add("provenance", "Appendix: provenance", _errors_during(
-        [], lambda: provenance.render(files, figs, built_by), frame))
+    ch.add("provenance", "Appendix: provenance", _chapter(
+        lambda: provenance.render(files, figs, built_by), frame))
 
-    errors = [e for s, _ in loaded for e in s.errors] + frame.errors + damage.errors(damaged)
+    errors = [e for f in frags for e in f.all_errors()] + frame.errors + damage.errors(damaged)
     hosts = sorted({str(results.read_attrs(f).get("host")) for f in files})
     head = (f"<h1>{esc(title)}</h1><p class='meta'>Generated {esc(built_by['at'])} from {len(files)} "
             f"result file(s), host(s): {esc(', '.join(hosts) or 'none')}; {figs.figure_no} figures, "
@@ -146,19 +156,15 @@ def build_report(files: Iterable[str | Path], title: str, figures_dir: Path | No
     return Built(html, errors, figs.figure_no, figs.table_no, damaged)
 
 
-def _errors_during(loaded, fn, frame: sections.Section) -> str:
-    """Run a chapter builder; errors it records in sections become boxes under its HTML.
-
-    A chapter that raises itself (bad data in a result) is recorded too, under the 'report' stage.
-    """
-    before = {id(s): len(s.errors) for s, _ in loaded}
+def _chapter(fn, frame: sections.Section, frags: list[fragments.Fragment] = (), phase: str = "") -> str:
+    """Run a chapter builder; the errors the stages' hooks of ``phase`` recorded become boxes under
+    its HTML. A chapter that raises itself (bad data in a result) is recorded under 'report'."""
     try:
         body = fn()
     except Exception as exc:  # noqa: BLE001 - one broken chapter must not take the report down
         frame._record("chapter", exc)
         body = error_box("the report framework", exc)
-    boxes = [error_box(f"stage '{s.stage}'", e) for s, _ in loaded for e in s.errors[before[id(s)]:]]
-    return body + "".join(boxes)
+    return body + "".join(f.boxes(phase) for f in frags if phase)
 
 
 def build(files: Iterable[str | Path], title: str) -> str:

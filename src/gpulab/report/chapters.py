@@ -14,9 +14,11 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from gpulab import limits, outcomes, results  # noqa: E402
+from gpulab.report import bars_figure  # noqa: E402
 from gpulab.report import references as refs  # noqa: E402
+from gpulab.report import verdicts  # noqa: E402
 from gpulab.report.html import Figures, esc, note  # noqa: E402
-from gpulab.report.sections import CHECK_STR, CHECK_STR_LIST, Section  # noqa: E402
+from gpulab.report.fragments import Fragment  # noqa: E402
 
 GENERAL_METHODS = """
 <p>Every number comes from an HDF5 result file written by one pipeline job; this report reads only
@@ -32,14 +34,6 @@ float64 reference) and records the check beside the timing. Results measured on 
 devices" (hosts without a GPU) run the same algorithms on CPU tensors and gloo processes; they are
 labelled <i>cpu</i> and never mixed with GPU numbers silently.</p>
 """
-
-
-def _devices_of(files: list[Path]) -> str:
-    kinds: dict[str, set[str]] = {}
-    for f in files:
-        a = results.read_attrs(f)
-        kinds.setdefault(str(a.get("device_kind")), set()).add(str(a.get("host")))
-    return "; ".join(f"{k} on {', '.join(sorted(h))}" for k, h in sorted(kinds.items()))
 
 
 def system_line(probe_files: list[Path]) -> str:
@@ -58,20 +52,20 @@ def system_line(probe_files: list[Path]) -> str:
     return "; ".join(out)
 
 
-def abstract(sections: list[tuple[Section, list[Path]]], probe_files: list[Path],
-             all_files: list[Path]) -> str:
+def abstract(frags: list[Fragment], probe_files: list[Path], all_files: list[Path]) -> str:
     hosts = sorted({str(results.read_attrs(f).get("host")) for f in all_files})
     system = system_line(probe_files) if probe_files else "an unprobed system"
     parts = [f"<p>We measure what {esc(system)} can really do: links and transfers, kernels, "
              f"collectives, sorting, GEMM and parallel training, each verified and timed with "
              f"repetitions. This report was generated from {len(all_files)} result file(s) "
              f"from {len(hosts)} host(s) ({esc(', '.join(hosts)) or 'none'}).</p>"]
+    # One verdict line per result, before any headline: what was judged comes first.
+    parts.append(verdicts.html([v for f in frags for v in f.verdict_lines()]))
     items = []
-    for sec, files in sections:
-        lines = sec.call("headlines", files, default=[], check=CHECK_STR_LIST)
-        if lines:
-            items.append(f"<li><b>{esc(sec.title)}</b> [{esc(_devices_of(files))}]: "
-                         f"{esc(' '.join(s.strip() for s in lines))}</li>")
+    for frag in frags:
+        if frag.headlines:
+            items.append(f"<li><b>{esc(frag.title)}</b> [{esc(frag.devices)}]: "
+                         f"{esc(' '.join(s.strip() for s in frag.headlines))}</li>")
     if items:
         parts.append("<p>Key results:</p><ul>" + "".join(items) + "</ul>")
     else:
@@ -82,31 +76,30 @@ def abstract(sections: list[tuple[Section, list[Path]]], probe_files: list[Path]
     return "\n".join(parts)
 
 
-def methods(sections: list[tuple[Section, list[Path]]], number: str) -> str:
+def methods(frags: list[Fragment], number: str) -> str:
     parts = [f"<h3>{number}.1 Common conventions</h3>{GENERAL_METHODS}"]
-    for i, (sec, _) in enumerate(sections, start=2):
-        text = sec.call("METHODS", default=None, check=CHECK_STR)
+    for i, frag in enumerate(frags, start=2):
+        text = frag.methods
         if not text or not text.strip():
-            text = note(f"The section of stage '{sec.stage}' states no methodology (METHODS).")
-        parts.append(f'<h3 id="methods-{esc(sec.stage)}">{number}.{i} {esc(sec.title)}</h3>{text}')
+            text = note(f"The section of stage '{frag.stage}' states no methodology (METHODS).")
+        parts.append(f'<h3 id="methods-{esc(frag.stage)}">{number}.{i} {esc(frag.title)}</h3>{text}')
     return "\n".join(parts)
 
 
-def _fraction_figure(df: pd.DataFrame, figs: Figures) -> str:
-    d = df.dropna(subset=["fraction"]).copy()
-    if d.empty:
+def _fraction_figure(bars: pd.DataFrame, references: pd.DataFrame, figs: Figures) -> str:
+    rows, others = bars_figure.bar_rows(bars), bars_figure.other_rows(references, bars)
+    fig = bars_figure.figure(rows, others)
+    if fig is None:
         return ""
-    d["label"] = d["stage"] + ": " + d["metric"].astype(str)
-    fig, ax = plt.subplots(figsize=(7.5, 0.9 + 0.32 * len(d)))
-    sns.barplot(data=d, y="label", x="fraction", hue="source", dodge=False, ax=ax, orient="h")
-    ax.axvline(1.0, color="k", lw=0.8, ls="--")
-    ax.set_xlabel("measured / reference")
-    ax.set_ylabel("")
-    # Beside the axes: inside, it covered the bar of whichever stage sorted last.
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
-    return figs.figure(fig, "Measured figures as a fraction of their reference (dashed line = 1: "
-                            "equal to the reference). Reference sources as in the legend; each "
-                            "stage's counting convention as in its methods section.")
+    top = (f"{'Top panel' if len(others) else 'Bars'}: every judged bar, one row each ({len(rows)}; "
+           "failed first, coloured by verdict, the tick marks its threshold; not-applicable bars are "
+           "in the table above). " if len(rows) else
+           "No bar was judged here (every bar is not applicable: see the table above). ")
+    rest = (f"{'Bottom panel' if len(rows) else 'Comparisons'}: comparisons that are not bars (other "
+            "machines such as the seed's RTX A5000, references without a threshold): no verdict. "
+            if len(others) else "")
+    return figs.figure(fig, "Measured figures as a fraction of their reference. " + top + rest
+                       + "Each stage's counting convention as in its methods section.")
 
 
 def _a5000_figure(figs: Figures) -> str:
@@ -126,7 +119,7 @@ def _a5000_figure(figs: Figures) -> str:
                             "or the sum of both (bi); latency in microseconds; rows: source GPU.")
 
 
-def comparison(sections: list[tuple[Section, list[Path]]], files: list[Path],
+def comparison(frags: list[Fragment], files: list[Path],
                gpu_names: list[str], figs: Figures, number: str) -> str:
     parts = []
 
@@ -151,22 +144,23 @@ def comparison(sections: list[tuple[Section, list[Path]]], files: list[Path],
                                 max_rows=200))
 
     parts.append(f"<h3>{number}.2 Measured figures against references</h3>")
-    frames = []
-    for sec, sfiles in sections:
-        df = sec.call("references", sfiles, default=None, check=refs.normalize_references)
+    frames, keyed = [], []
+    for frag in frags:
+        df = frag.references_frame()
         if df is not None and len(df):
-            df = refs.normalize_references(df)
-            df.insert(0, "stage", sec.title)
+            df.insert(0, "stage", frag.title)
             frames.append(df)
+            keyed.append(df.assign(stage=frag.stage))  # the figure's labels: the short stage name
     if frames:
         table = pd.concat(frames, ignore_index=True)
         cols = ["stage"] + [c for c in table.columns if c != "stage"]
         parts.append(figs.table(table[cols], "Each stage's key figures against reference figures "
                                 "(datasheet limits, the seed's RTX A5000 numbers, measured peaks); "
                                 "fraction = measured / reference.", max_rows=200))
-        parts.append(_fraction_figure(table, figs))
     else:
         parts.append(note("No stage compared its numbers with reference figures yet."))
+    parts.append(_fraction_figure(bars, pd.concat(keyed, ignore_index=True) if keyed
+                                  else pd.DataFrame(columns=refs.REFERENCE_COLUMNS + ["stage"]), figs))
 
     parts.append(f"<h3>{number}.3 Datasheet limits</h3>")
     ds = refs.datasheets()

@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 
 from gpulab import report, results
-from gpulab.report import browser
+from gpulab.report import browser, fragments
 
 log = logging.getLogger("gpulab.report")
 
@@ -25,6 +25,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--pdf", type=Path, help="also print the report to this PDF (needs Chromium)")
     ap.add_argument("--figures-dir", type=Path,
                     help="also keep every figure as figNN.png here (for snakemake --report)")
+    ap.add_argument("--fragment", metavar="STAGE",
+                    help="render only this stage's chapter into --out (a JSON fragment the report "
+                         "assembles; see gpulab.report.fragments)")
+    ap.add_argument("--fragments-dir", type=Path,
+                    help="assemble the stages' chapters from the fragments here (<stage>.json), "
+                         "rendering only those missing or of other results")
     ap.add_argument("--strict", action="store_true",
                     help="exit with status 1 when a section failed (the report is still written; "
                          "a damaged result file always exits 1)")
@@ -40,11 +46,14 @@ def main(argv=None) -> int:
         if not f.exists():
             raise SystemExit(f"report: input result {f} does not exist")
     files = set(args.inputs) | set(results.find_results(args.results_dir))
+    if args.fragment:
+        return _fragment(args, files)
     if args.figures_dir:
         args.figures_dir.mkdir(parents=True, exist_ok=True)
         for old in args.figures_dir.glob("fig*.png"):  # figures of an earlier build
             old.unlink()
-    built = report.build_report(files, args.title, figures_dir=args.figures_dir)
+    built = report.build_report(files, args.title, figures_dir=args.figures_dir,
+                                fragment_dir=args.fragments_dir)
     results.atomic_write_text(args.out, built.html)
     log.info("report: wrote %s (%d KiB, %d figures, %d tables, %d section error(s))", args.out,
              len(built.html) // 1024, built.figures, built.tables, len(built.errors))
@@ -59,3 +68,24 @@ def main(argv=None) -> int:
     # A damaged result fails the report (and so Snakemake's report rule) even without --strict: the
     # HTML names it in the abstract, but a report that lacks a chapter must not pass as complete.
     return 1 if built.damaged or (args.strict and built.errors) else 0
+
+
+def _fragment(args, files) -> int:
+    """One stage's chapter from that stage's results (all hosts under --results-dir)."""
+    # Another stage's damaged result is the assembly's to report; this stage's own fails this job.
+    damaged: list = []
+    stage_files = report.group_by_stage((f for f in files if f.suffix != ".json"),
+                                        damaged).get(args.fragment, [])
+    own = [d for d in damaged if d.stage == args.fragment]
+    for d in own:
+        log.error("report: %s", d)
+    if own:
+        return 1
+    frag = fragments.render(args.fragment, sorted(stage_files))
+    fragments.write(frag, args.out)
+    errors = frag.all_errors()
+    log.info("report: wrote the fragment of stage '%s' to %s (%d result file(s), %d section "
+             "error(s))", args.fragment, args.out, len(stage_files), len(errors))
+    for e in errors:
+        log.error("report: %s", e)
+    return 1 if args.strict and errors else 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,17 +39,29 @@ nav.toc ol{margin:0.2em 0} nav.toc{font-size:0.9em}
 """
 
 
+# A fragment (one stage's chapter, rendered on its own) cannot know its figures' numbers in the
+# report: it writes these tokens, and the report replaces them when it assembles the fragments.
+TOKEN = re.compile(r"@@gpulab-(fig|tab)-(\d+)@@")
+
+
 @dataclass
 class Figures:
     """Numbers figures and tables across the whole report.
 
     ``out_dir``: where to keep a PNG copy of every figure (``figNN.png``), or None.
+    ``tokens``: number with placeholders (a fragment; see :meth:`adopt`), keeping the PNGs in
+    ``pngs`` for the report to number and write.
     """
 
     out_dir: Path | None = None
     figure_no: int = 0
     table_no: int = 0
     items: list = field(default_factory=list)
+    tokens: bool = False
+    pngs: list = field(default_factory=list)
+
+    def _no(self, kind: str, n: int) -> str:
+        return f"@@gpulab-{kind}-{n}@@" if self.tokens else str(n)
 
     def figure(self, fig, caption: str) -> str:
         import matplotlib.pyplot as plt
@@ -60,25 +73,57 @@ class Figures:
         finally:
             plt.close(fig)
         png = buf.getvalue()
-        if self.out_dir is not None:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
-            (self.out_dir / f"fig{self.figure_no:02d}.png").write_bytes(png)
+        self._keep(png)
         self.items.append(("figure", self.figure_no, caption))
         data = base64.b64encode(png).decode()
-        return (f'<figure id="fig{self.figure_no}"><img alt="Figure {self.figure_no}" '
-                f'src="data:image/png;base64,{data}"/><figcaption><b>Figure {self.figure_no}.</b> '
+        no = self._no("fig", self.figure_no)
+        return (f'<figure id="fig{no}"><img alt="Figure {no}" '
+                f'src="data:image/png;base64,{data}"/><figcaption><b>Figure {no}.</b> '
                 f"{html.escape(caption)}</figcaption></figure>")
+
+    def _keep(self, png: bytes) -> None:
+        if self.tokens:
+            self.pngs.append(png)
+        elif self.out_dir is not None:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            (self.out_dir / f"fig{self.figure_no:02d}.png").write_bytes(png)
 
     def table(self, df: pd.DataFrame, caption: str, max_rows: int = 60, floatfmt: str = "{:.4g}",
               css_class: str = "") -> str:
         self.table_no += 1
         self.items.append(("table", self.table_no, caption))
-        shown = df.head(max_rows)
+        shown = shown_rows(df, max_rows)
         body = shown.to_html(index=False, border=0, float_format=lambda v: floatfmt.format(v),
                              escape=True, classes=css_class or None, na_rep="")
-        more = f"<p><i>{len(df) - max_rows} more rows in the HDF5 result.</i></p>" if len(df) > max_rows else ""
-        return (f'<div class="table" id="tab{self.table_no}"><p><b>Table {self.table_no}.</b> '
+        left = len(df) - len(shown)
+        more = (f"<p><i>{left} more rows in the HDF5 result (none of them failed).</i></p>"
+                if left else "")
+        no = self._no("tab", self.table_no)
+        return (f'<div class="table" id="tab{no}"><p><b>Table {no}.</b> '
                 f"{html.escape(caption)}</p>{body}{more}</div>")
+
+    def adopt(self, body: str, items: list, pngs: list[bytes]) -> str:
+        """Number a fragment's figures and tables after the ones so far: its tokens become report
+        numbers, its figures count here (and are written to ``out_dir``)."""
+        offset = {"fig": self.figure_no, "tab": self.table_no}
+        for kind, n, caption in items:
+            if kind == "figure":
+                self.figure_no += 1
+                self._keep(pngs[n - 1])
+            else:
+                self.table_no += 1
+            self.items.append((kind, offset["fig" if kind == "figure" else "tab"] + n, caption))
+        return TOKEN.sub(lambda m: str(offset[m.group(1)] + int(m.group(2))), body)
+
+
+def shown_rows(df: pd.DataFrame, max_rows: int) -> pd.DataFrame:
+    """The rows a table shows: in a table with a ``verdict`` column, failed rows first (in their
+    order) and every one of them, however many; then the other rows up to ``max_rows`` in all.
+    A reader must never miss a failure because the table was cut or sorted it out of sight."""
+    if "verdict" not in df.columns:
+        return df.head(max_rows)
+    failed = df["verdict"].astype(str) == "fail"
+    return pd.concat([df[failed], df[~failed].head(max(0, max_rows - int(failed.sum())))])
 
 
 def esc(s) -> str:
