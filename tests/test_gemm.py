@@ -272,3 +272,23 @@ def test_report_section_renders_figures_tables_and_headlines(stage_result):
     assert "2*M*N*K" in section.METHODS.replace("&middot;", "*") or "2MNK" in section.METHODS
     refs = section.references([stage_result])  # no H200 here: no reference rows
     assert list(refs.columns) == ["metric", "measured", "reference", "source", "fraction"]
+
+
+def test_harness_check_times_both_sides_in_batches_with_one_timer(monkeypatch):
+    # issue 24: gpulab's call path was timed one call per CUDA-event pair (launch gap included)
+    # while the raw side was timed in batches of 10; both sides now go through timing.measure
+    # with the same batch, so the check sees only the difference of the two calls.
+    seen = []
+    real = single_mod.timing.measure
+
+    def spy(fn, **kw):
+        seen.append(kw.get("batch", 1))
+        return real(fn, **kw)
+
+    monkeypatch.setattr(single_mod.timing, "measure", spy)
+    check = single_mod.harness_check(torch.device("cpu"), 16, warmup=0, repeats=2, seed=0)
+    assert seen == [single_mod.HARNESS_BATCH] * (2 * single_mod.HARNESS_ROUNDS)
+    assert check.check == single_mod.HARNESS_CHECK and check.bound == single_mod.HARNESS_BOUND
+    rows = single_mod.baseline(torch.device("cpu"), [(8, 8, 8)], [numerics.precision("fp32")],
+                               0, 1, 0)
+    assert seen[-1] == single_mod.HARNESS_BATCH and rows[0]["repeats"] == 1

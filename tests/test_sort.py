@@ -325,3 +325,27 @@ def test_a_crashed_case_is_a_failed_check():
     finally:
         b.close()
     assert [c.verdict for c in checks] == ["fail"] and "out of device memory" in checks[0].note
+
+
+def test_sort_harness_times_both_sides_in_batches(monkeypatch):
+    # issue 24: one CUDA-event pair around one sort times the launch gap too; both sides of the
+    # harness check now time batches of HARNESS_BATCH back-to-back calls. The CUDA path is driven
+    # here by the numpy backend standing in for CuPy (cp.sort is numpy.sort).
+    from gpulab.sort import backend as backend_mod
+
+    cfg = {"bar_keys": 4096, "warmup": 0, "repeats": 2, "device_counts": [1],
+           "algorithms": ["p2p"]}
+    b = bench.Bench(cfg, "cpu", 1, "cpu")
+    batches = []
+
+    class FakeCupy(backend_mod.NumpyBackend):
+        cp = np
+
+        def time_device(self, fn, d, warmup, repeats, batch=1):
+            batches.append(batch)
+            return super().time_device(fn, d, warmup, repeats, batch=batch)
+
+    b.kind, b.single = "cuda", FakeCupy(1)
+    check = b.harness_check(seed=0)
+    assert check.check == bench.HARNESS_CHECK and check.bound == bench.HARNESS_BOUND
+    assert batches == [bench.HARNESS_BATCH] * 4
