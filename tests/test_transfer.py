@@ -363,3 +363,80 @@ def test_isolation_check_fails_when_peer_access_leaked():
     leaked = bars.isolation_check(2, 2, False, "CONTAMINATED: peer access was on for ['0->1']")
     assert leaked.verdict == "fail" and "CONTAMINATED" in leaked.note
     assert outcomes.overall({"checks": outcomes.checks_frame([leaked])})["verdict"] == "fail"
+
+
+def _pinned_rows(device: int, gbps: float, nbytes: int = 1 << 30) -> list[dict]:
+    moved = nbytes * 5
+    return [{**measure.bandwidth_row([moved / gbps / 1e9] * 3, moved), "direction": dr,
+             "memory": "pinned", "call": "async", "device": device, "bytes": nbytes, "copies": 5}
+            for dr in ("H2D", "D2H")]
+
+
+def test_pinned_links_barred_on_every_gpu_and_a_degraded_gpu3_fails():
+    # issue 24: only GPU0's link was barred; GPU3 trained to x8 (of x16) must fail.
+    links = [{**LINKS_NV18[0]} for _ in range(4)]
+    links[3] = {**links[3], "pcie_width_now": 8}
+    h2d = {"mine": {**measure.bandwidth_row([5 / 55.4], 5 * 10**9), "bytes": 1 << 30, "copies": 5}}
+    per_gpu = pd.DataFrame(_pinned_rows(1, 55.0) + _pinned_rows(2, 54.0) + _pinned_rows(3, 27.0))
+    got = {b.bar: b for b in bars.link_bars(h2d, _hd(56.0), per_gpu, links)}
+    assert len(got) == 8
+    for d in range(3):
+        assert got[f"pinned H2D vs PCIe limit, GPU{d}"].verdict == "pass"
+        assert got[f"pinned D2H vs PCIe limit, GPU{d}"].verdict == "pass"
+    for what in ("H2D", "D2H"):
+        b = got[f"pinned {what} vs PCIe limit, GPU3"]
+        assert b.verdict == "fail" and "degraded link" in b.note
+    all_bars = bars.gpu_bars(_diag_rows(4003.0), ["NVIDIA H200"] * 2, links, h2d, _hd(56.0), per_gpu)
+    assert "pinned D2H vs PCIe limit, GPU3" in {b.bar for b in all_bars}
+
+
+def test_small_host_copies_are_issue_rate_bound_and_judge_no_link():
+    assert measure.bound_by(64 << 10) == measure.ISSUE_BOUND and measure.bound_by(1 << 20) == "link"
+    small = {"mine": {**measure.bandwidth_row([1e-3], 5 * 65536), "bytes": 65536, "copies": 5}}
+    hd = pd.DataFrame([{**measure.bandwidth_row([1e-3], 5 * 65536), "direction": "D2H",
+                        "memory": "pinned", "call": "async", "bytes": 65536, "copies": 5}])
+    got = bars.pcie_bars(small, hd, LINKS_NV18[0])
+    assert {b.verdict for b in got} == {"not_applicable"}
+    assert all("issue-rate bound, not link bound" in b.note for b in got)
+
+
+def test_nvlink_without_peer_access_fails_and_pcie_without_it_is_not_applicable():
+    rows = _diag_rows(20.0).assign(peer_access=False)
+    nv = bars.p2p_bars(rows, ["NVIDIA H200"] * 2, LINKS_NV18)
+    assert [b.verdict for b in nv] == ["fail", "fail"] and "no peer access" in nv[0].note
+    pcie = [{"pcie_gen_max": 4, "pcie_width_max": 16, "nvlinks": 0, "nvlinks_to": {},
+             "nvlinks_switch": 0}] * 2
+    assert {b.verdict for b in bars.p2p_bars(rows, ["NVIDIA L40S"] * 2, pcie)} == {"not_applicable"}
+
+
+def test_switch_links_only_when_the_remote_is_an_nvswitch():
+    # 4-GPU direct mesh (4 links to each peer), 2 GPUs visible: 4 of 12 links reach the peer.
+    visible = ["0000:01:00.0", "0000:02:00.0"]
+    mesh = [("0000:02:00.0", "gpu")] * 4 + [("0000:03:00.0", "gpu")] * 4 + [("0000:04:00.0", "gpu")] * 4
+    a = devices.count_nvlinks(mesh, visible)
+    b = devices.count_nvlinks([(r.replace("02", "01") if r == visible[1] else r, k) for r, k in mesh],
+                              visible)
+    assert a == {"nvlinks": 12, "nvlinks_to": {1: 4}, "nvlinks_switch": 0}
+    assert devices.nvlink_share([a, b], 0, 1) == pytest.approx(1 / 3)
+    hgx = devices.count_nvlinks([(f"0000:{0xa0 + k:02x}:00.0", "switch") for k in range(18)], visible)
+    assert devices.nvlink_share([hgx, hgx], 0, 1) == 1.0
+    unknown = devices.count_nvlinks([("0000:99:00.0", "unknown")] * 2, visible)
+    assert unknown["nvlinks_switch"] == 0 and unknown["nvlinks"] == 2
+
+
+def test_every_bandwidth_row_is_checked_against_its_physical_limit():
+    # issue 24: a figure above 1.05 x its physical limit is a failed check and fails its bar.
+    names, links = ["NVIDIA H200"] * 2, LINKS_NV18
+    impossible = _diag_rows(40000.0)  # 40 TB/s: 8x the H200's memory bandwidth
+    checks = bars.plausibility_checks(impossible, names, links, [])
+    assert checks and {c.verdict for c in checks} == {"fail"}
+    assert all("exceeds the physical limit" in c.note for c in checks)
+    assert {c.verdict for c in bars.plausibility_checks(_diag_rows(380.0), names, links, [])} \
+        == {"pass"}
+    host = pd.DataFrame(_pinned_rows(0, 80.0) + _pinned_rows(1, 55.0))  # 80 > 1.05 x 63 GB/s
+    hc = {c.case: c.verdict for c in bars.plausibility_checks(impossible.iloc[:0], names, links,
+                                                                [host])}
+    assert sorted(hc.values()) == ["fail", "fail", "pass", "pass"]
+    hbm = bars.gpu_bars(impossible, names, links, {}, pd.DataFrame())
+    top = [b for b in hbm if b.bar.startswith("same-device")]
+    assert {b.verdict for b in top} == {"fail"} and "exceeds the physical limit" in top[0].note
