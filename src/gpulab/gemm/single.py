@@ -14,7 +14,7 @@ import json
 
 import torch
 
-from gpulab import limits, timing
+from gpulab import limits, plausible, timing
 from gpulab.gemm import numerics
 from gpulab.outcomes import Bar, Check, Verdict
 
@@ -107,6 +107,25 @@ def peak_bars(device: torch.device, device_name: str | None, size: int, precs, w
                 f"output failed its error check ({row['rel_error']:.2e} > {row['bound']:g})"))
         bars.append(bar)
     return bars, checks
+
+
+def plausibility_checks(single_rows: list[dict], multi_rows: list[dict],
+                        device_name: str | None) -> list[Check]:
+    """Every measured TFLOP/s against the dense datasheet peak (P x peak for a P-device run):
+    above 1.05 x is a failed check "exceeds the physical limit" (issue 24). No check where the
+    model or precision has no datasheet peak (CPU devices, unknown models)."""
+    def limit(r):
+        lim = limits.peak_tflops(device_name, r["dtype"])
+        p = int(r.get("P", 1) or 1)
+        return lim if p == 1 or not lim.known else limits.Limit(
+            lim.value * p, lim.unit, f"{p} x {lim.source}")
+
+    def case(r):
+        where = f"{r['algorithm']} P={r['P']} {r['transport']}" if "P" in r else "single"
+        return f"{where} {r['M']}x{r['N']}x{r['K']} {r['dtype']}"
+
+    return plausible.row_checks(list(single_rows) + list(multi_rows), "tflops_median", limit,
+                                case, "TFLOP/s")
 
 
 def _plain_matmul_seconds(a, b, device, warmup: int, repeats: int) -> list[float]:
