@@ -326,3 +326,23 @@ def test_gemm_tflops_above_the_dense_peak_fail_the_plausibility_check():
     assert single_mod.plausibility_checks(rows, [], "Mystery GPU") == []
     [bar] = plausible.guard_all([single_mod.peak_bar("bf16", 8192, 1100.0, "NVIDIA H200")])[0]
     assert bar.verdict == "fail" and "exceeds the physical limit" in bar.note
+
+
+def test_gemm_headlines_report_the_fixed_configuration_not_the_best(tmp_path):
+    # issue 24: the headline showed the bar with the highest ratio; it now shows the bf16 peak
+    # bar (the fixed precision) even when fp32's ratio is higher, and names a failed bar.
+    from gpulab.gemm import section
+
+    r = results.Result("gemm", "main", {}, "cuda")
+    r.add_table("single", pd.DataFrame([
+        {"M": 8192, "N": 8192, "K": 8192, "dtype": d, "tflops_median": t}
+        for d, t in (("fp32", 60.0), ("bf16", 500.0), ("fp16", 900.0))]))
+    r.add_table("bars", outcomes.bars_frame([
+        single_mod.peak_bar("fp32", 8192, 60.0, "NVIDIA H200"),  # 0.90: the best ratio
+        single_mod.peak_bar("bf16", 8192, 500.0, "NVIDIA H200"),  # 0.51: fails
+        single_mod.peak_bar("fp16", 8192, 900.0, "NVIDIA H200")]))
+    r.add_table("checks", outcomes.checks_frame([outcomes.Check.of("c", "x", True)]))
+    path = results.write(r, tmp_path / "g.h5")
+    heads = section.headlines([path])
+    assert "bf16 8192x8192x8192: 500 TFLOP/s" in heads[0]
+    assert "bf16" in heads[1] and ": fail" in heads[1] and "Failed bars: 1 of 3" in heads[1]

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from gpulab import outcomes, results, timing
@@ -349,3 +350,25 @@ def test_sort_harness_times_both_sides_in_batches(monkeypatch):
     check = b.harness_check(seed=0)
     assert check.check == bench.HARNESS_CHECK and check.bound == bench.HARNESS_BOUND
     assert batches == [bench.HARNESS_BATCH] * 4
+
+
+def test_sort_headlines_report_the_fixed_algorithm_not_the_best(tmp_path):
+    # issue 24: the headline took the bar with the highest ratio and the fastest algorithm; it now
+    # reports p2p (the fixed, named configuration) and counts the failed bars.
+    from gpulab.sort import section
+
+    r = results.Result("sort", "main", {}, "cuda")
+    r.attrs.update({"device_kind": "cuda", "device_name": "NVIDIA H200", "devices_available": 4})
+    r.add_table("bars", outcomes.bars_frame([
+        outcomes.Bar.measure(f"{alg} sort of 1000 keys on 4 GPUs: speed-up vs one GPU", s, 4,
+                             source=bench.SPEEDUP_SOURCE, threshold=0.5, unit="x")
+        for alg, s in (("radix", 3.9), ("p2p", 1.2))]))
+    r.add_table("runs", pd.DataFrame([
+        {"scope": "host-to-host", "sweep": "size", "algorithm": alg, "key_type": "uint32",
+         "distribution": "uniform", "n_keys": 1000, "devices": d, "keys_per_s": kps}
+        for alg, d, kps in (("radix", 4, 9e9), ("p2p", 4, 2e9), ("p2p", 1, 1e9))]))
+    r.add_table("checks", outcomes.checks_frame([outcomes.Check.of("c", "x", True)]))
+    path = results.write(r, tmp_path / "s.h5")
+    heads = section.headlines([path])
+    assert heads[0].startswith("p2p sort") and ": fail" in heads[0] and "1 of 2" in heads[0]
+    assert "p2p on 4 device(s), 2.00 Gkeys/s" in heads[1]
