@@ -440,3 +440,19 @@ def test_every_bandwidth_row_is_checked_against_its_physical_limit():
     hbm = bars.gpu_bars(impossible, names, links, {}, pd.DataFrame())
     top = [b for b in hbm if b.bar.startswith("same-device")]
     assert {b.verdict for b in top} == {"fail"} and "exceeds the physical limit" in top[0].note
+
+
+def test_schema_states_the_copy_cap_the_code_uses():
+    # issue 24: the schema said "at most 1000" copies while the code caps at 256.
+    import yaml
+
+    from conftest import REPO
+
+    text = (REPO / "src/gpulab/transfer/schema.yaml").read_text()
+    desc = yaml.safe_load(text)["properties"]["sweep_target_bytes"]["description"]
+    assert f"at most {measure.MAX_COPIES}" in desc and "1000" not in desc
+    assert measure.copies_for(1, 1, 1 << 40) == measure.MAX_COPIES
+    gpu = (REPO / "workflow/presets/gpu.yaml").read_text()
+    assert "issue 8" not in gpu
+    # a measured figure written into a comment goes stale (gemm/single.py said H200 bf16 "0.67")
+    assert "0.67" not in (REPO / "src/gpulab/gemm/single.py").read_text()
