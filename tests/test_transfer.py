@@ -456,3 +456,36 @@ def test_schema_states_the_copy_cap_the_code_uses():
     assert "issue 8" not in gpu
     # a measured figure written into a comment goes stale (gemm/single.py said H200 bf16 "0.67")
     assert "0.67" not in (REPO / "src/gpulab/gemm/single.py").read_text()
+
+
+def test_gpu_path_wires_every_link_bar_and_the_plausibility_checks(monkeypatch):
+    # The GPU phases faked at their process boundary (run_isolated): the stage's own assembly
+    # must bar GPU1's link from its own copies and check every row against its physical limit.
+    import gpulab.transfer as tr
+    from gpulab.transfer import isolate
+
+    rows = _diag_rows(4003.0).assign(metric="bandwidth")
+    dis = {"p2p": rows.assign(p2p="disabled"), "sweep": rows.iloc[:0], "malloc": pd.DataFrame(),
+           "connectivity": [[True, True], [True, True]], "isolation_check": "ok",
+           "isolation_ok": True, "isolation_pairs": 2, "gpu_names": ["NVIDIA H200"] * 2,
+           "l2_bytes": [0, 0]}
+    ena = {"p2p": rows, "sweep": _diag_rows(40000.0, nbytes=1 << 26).assign(metric="bandwidth"), "malloc": pd.DataFrame(),
+           "torch_d2d": pd.DataFrame([{**measure.bandwidth_row([0.001], 4 * 10**9), "device": d,
+                                       "bytes": 1 << 28, "copies": 5} for d in range(2)])}
+    hd = pd.DataFrame(_pinned_rows(0, 55.0))
+    hst = {"host_device": hd, "host_device_threads": pd.DataFrame(),
+           "h2d_bar": {"mine": hd.iloc[0].to_dict(), "torch": hd.iloc[0].to_dict()},
+           "host_device_links": pd.DataFrame(_pinned_rows(1, 20.0)), "links": LINKS_NV18}
+    phases = {"disabled_phase": dis, "enabled_phase": ena, "host_phase": hst}
+    monkeypatch.setattr(isolate, "run_isolated", lambda fn, cfg: phases[fn.__name__])
+    result = results.Result("transfer", "main", {}, "cuda")
+    cfg = tr.full_config({})
+    _, bar_rows, check_rows = tr._gpu(result, cfg, 2)
+    got = {b.bar: b.verdict for b in bar_rows}
+    assert got["pinned H2D vs PCIe limit, GPU0"] == "pass"
+    assert got["pinned H2D vs PCIe limit, GPU1"] == "fail"  # 20 of 63 GB/s
+    assert "host_device_links" in result.tables
+    phys = [c for c in check_rows if c.check == "within the physical limit"]
+    assert any(c.verdict == "fail" and "p2p enabled ce GPU0->GPU0 67108864" in c.case
+               for c in phys)  # the 40 TB/s sweep row
+    assert {c.verdict for c in phys if "host<->device" in c.case} == {"pass"}

@@ -96,7 +96,8 @@ def _gpu(result, cfg: dict, n: int) -> tuple[int, list, list]:
     check_rows = (bars.harness_checks(p2p_rows, ena["torch_d2d"], hst["h2d_bar"])
                   + bars.spread_checks(p2p_rows, hst["h2d_bar"])
                   + bars.spin_checks(tables) + bars.copy_checks(tables)
-                  + bars.plausibility_checks(p2p_rows, names, links, [
+                  + bars.plausibility_checks(pd.concat([p2p_rows, result.tables.get(
+                      "p2p_sweep", pd.DataFrame())], ignore_index=True), names, links, [
                       hst["host_device"], hst.get("host_device_links"),
                       pd.DataFrame([hst["h2d_bar"]["mine"]])])
                   + [bars.isolation_check(n, dis["isolation_pairs"], dis["isolation_ok"],
