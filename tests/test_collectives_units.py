@@ -234,6 +234,8 @@ def test_library_bar_without_handwritten_algorithms_against_nccl_tests_or_the_li
     pcie = [{"nvlinks": 0, "nvlinks_to": {}, "nvlinks_switch": 0, "pcie_gen_max": 4,
              "pcie_width_max": w} for w in (16, 8)]
     assert assemble.link_limit("NVIDIA L40S", pcie).value == pytest.approx(8 * 1.9692)
+    unnamed = [{**mesh[k], "nvlinks_unknown": 8} for k in range(2)]
+    assert not assemble.link_limit("NVIDIA H200", unnamed).known
 
 
 def test_collective_busbw_above_the_memory_bandwidth_fails_the_physical_limit():

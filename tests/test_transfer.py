@@ -416,12 +416,14 @@ def test_switch_links_only_when_the_remote_is_an_nvswitch():
     a = devices.count_nvlinks(mesh, visible)
     b = devices.count_nvlinks([(r.replace("02", "01") if r == visible[1] else r, k) for r, k in mesh],
                               visible)
-    assert a == {"nvlinks": 12, "nvlinks_to": {1: 4}, "nvlinks_switch": 0}
+    assert a == {"nvlinks": 12, "nvlinks_to": {1: 4}, "nvlinks_switch": 0, "nvlinks_unknown": 0}
     assert devices.nvlink_share([a, b], 0, 1) == pytest.approx(1 / 3)
     hgx = devices.count_nvlinks([(f"0000:{0xa0 + k:02x}:00.0", "switch") for k in range(18)], visible)
     assert devices.nvlink_share([hgx, hgx], 0, 1) == 1.0
     unknown = devices.count_nvlinks([("0000:99:00.0", "unknown")] * 2, visible)
     assert unknown["nvlinks_switch"] == 0 and unknown["nvlinks"] == 2
+    # NVML that cannot name a link's far end: the share is unknown, not guessed either way
+    assert devices.nvlink_share([unknown, unknown], 0, 1) is None
 
 
 def test_every_bandwidth_row_is_checked_against_its_physical_limit():

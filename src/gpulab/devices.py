@@ -213,14 +213,17 @@ def count_nvlinks(remotes: list[tuple[str, str]], visible: list[str]) -> dict:
     2 GPUs given to this job) counts in ``nvlinks`` but reaches no visible peer (issue 24: it used
     to count as a switch link, so the pair's share read 1.0 instead of 1/3).
     """
-    to, switch = {}, 0
+    to, switch, unknown = {}, 0, 0
     for remote, kind in remotes:
         if remote in visible:
             j = visible.index(remote)
             to[j] = to.get(j, 0) + 1
         elif kind == NVLINK_SWITCH:
             switch += 1
-    return {"nvlinks": len(remotes), "nvlinks_to": to, "nvlinks_switch": switch}
+        elif kind != "gpu":  # NVML could not say (older driver): neither a peer nor a switch
+            unknown += 1
+    return {"nvlinks": len(remotes), "nvlinks_to": to, "nvlinks_switch": switch,
+            "nvlinks_unknown": unknown}
 
 
 def nvlink_share(links: list[dict], i: int, j: int) -> float | None:
@@ -233,6 +236,8 @@ def nvlink_share(links: list[dict], i: int, j: int) -> float | None:
     a, b = links[i], links[j]
     if "nvlinks" not in a or "nvlinks" not in b:
         return None
+    if a.get("nvlinks_unknown") or b.get("nvlinks_unknown"):
+        return None  # a link whose far end NVML cannot name: the share is not known
     if not a["nvlinks"]:
         return 0.0
     via = a["nvlinks_to"].get(j, 0) + (a["nvlinks_switch"] if b["nvlinks_switch"] else 0)

@@ -113,7 +113,11 @@ def link_limit(device_name: str | None, links: list[dict]) -> limits.Limit:
     n = len(links)
     if n < 2 or any("nvlinks" not in ln for ln in links):
         return limits.Limit(None, "GB/s", "", "NVLink topology not known (NVML did not answer)")
-    if all(devmod.nvlink_share(links, i, j) for i in range(n) for j in range(n) if i != j):
+    shares = [devmod.nvlink_share(links, i, j) for i in range(n) for j in range(n) if i != j]
+    if any(x is None for x in shares):
+        return limits.Limit(None, "GB/s", "", "NVLink topology not known (NVML could not name "
+                                              "the far end of a link)")
+    if all(shares):
         nv = limits.nvlink_bandwidth(device_name)
         if not nv.known:
             return nv
