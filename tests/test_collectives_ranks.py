@@ -124,3 +124,19 @@ def test_a_wrong_element_or_a_crashed_launch_fails_the_stage(tmp_path, monkeypat
     path = results.write(stage.run(ctx), tmp_path / "crash.h5")
     a = results.read_attrs(path)
     assert a["verdict"] == "fail" and "1 crashed" in a["verdict_summary"]
+
+
+def test_library_only_config_still_has_bars(tmp_path):
+    # issue 24: the health preset configures no hand-written algorithm, and its collectives result
+    # had no bar at all; the bars are now built from the library table.
+    from gpulab.collectives import run
+
+    cfg = {"sizes_bytes": [4096], "repeats": 2, "iters": 1, "warmup": 0, "algorithms": [],
+           "ops": ["all_reduce"], "variants": ["default"]}
+    ctx = StageContext("collectives", "default", cfg, {"backend": "cpu", "cpu_devices": 2},
+                       tmp_path / "health.h5")
+    path = results.write(run(ctx), ctx.out)
+    assert "allreduce_algorithms" not in results.list_contents(path)["tables"]
+    bars = results.read_table(path, "bars")
+    assert len(bars) == 3 and set(bars["verdict"]) == {"not_applicable"}
+    assert bars["bar"].str.startswith("library all-reduce").sum() == 2

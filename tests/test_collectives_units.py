@@ -195,3 +195,55 @@ def test_nvlink_multicast_stays_off_unless_the_config_opts_in(monkeypatch):
     import os
 
     assert os.environ["NCCL_NVLS_ENABLE"] == "0"
+
+
+def test_one_rank_claims_no_bandwidth_and_its_bars_are_not_applicable():
+    # issue 24: with world size 1 algbw was bytes / launch time (40 TB/s on an H200) and a headline.
+    row = assemble.stats_row({"kind": "library", "op": "all_reduce", "mode": "in-place",
+                              "bytes": 2**30, "world_size": 1, "wrong": 0,
+                              "samples": [2.7e-5, 2.7e-5]})
+    assert math.isnan(row["algbw_GBps"]) and "no communication with one rank" in row["note"]
+    b = assemble.bars(_algs(40000.0, 0.0, n=1), "cuda", 1, None, "")
+    assert {x.verdict for x in b} == {"not_applicable"}
+    assert all("no communication with one rank" in x.note and math.isnan(x.measured) for x in b)
+
+
+def test_library_bar_without_handwritten_algorithms_against_nccl_tests_or_the_link():
+    # issue 24: the health preset (collectives.algorithms: []) had no collectives bar at all.
+    import pandas as pd
+
+    lib = pd.DataFrame([{"op": op, "mode": "in-place", "bytes": s, "busbw_GBps": bw,
+                         "world_size": 2} for op in ("all_reduce", "broadcast")
+                        for s, bw in ((2**20, 50.0), (2**26, 360.0))])
+    algs = assemble.library_allreduce(lib)
+    assert set(algs["algorithm"]) == {"library"} and len(algs) == 2
+    with_ref = assemble.bars(algs, "cuda", 2, 370.0, "same job")
+    assert [x.verdict for x in with_ref] == ["pass", "pass", "not_applicable"]
+    switch = [{"nvlinks": 18, "nvlinks_to": {}, "nvlinks_switch": 18} for _ in range(2)]
+    link = assemble.link_limit("NVIDIA H200", switch)
+    assert link.value == 450
+    by_link = {x.bar: x for x in assemble.bars(algs, "cuda", 2, None, "not on PATH", link)}
+    assert by_link[assemble.LINK_BAR].verdict == "pass"
+    assert by_link[assemble.LINK_BAR].ratio == pytest.approx(360 / 450)
+    slow = assemble.library_allreduce(lib.assign(busbw_GBps=100.0))
+    assert {x.bar: x.verdict for x in assemble.bars(slow, "cuda", 2, None, "", link)}[
+        assemble.LINK_BAR] == "fail"
+    # A 4-GPU direct mesh with 2 visible: a third of the links reach the other rank.
+    mesh = [{"nvlinks": 12, "nvlinks_to": {1 - k: 4}, "nvlinks_switch": 0} for k in range(2)]
+    assert assemble.link_limit("NVIDIA H200", mesh).value == pytest.approx(150)
+    pcie = [{"nvlinks": 0, "nvlinks_to": {}, "nvlinks_switch": 0, "pcie_gen_max": 4,
+             "pcie_width_max": w} for w in (16, 8)]
+    assert assemble.link_limit("NVIDIA L40S", pcie).value == pytest.approx(8 * 1.9692)
+    unnamed = [{**mesh[k], "nvlinks_unknown": 8} for k in range(2)]
+    assert not assemble.link_limit("NVIDIA H200", unnamed).known
+
+
+def test_collective_busbw_above_the_memory_bandwidth_fails_the_physical_limit():
+    import pandas as pd
+
+    lib = pd.DataFrame([{"op": "all_reduce", "mode": "in-place", "bytes": 2**30,
+                         "busbw_GBps": bw, "world_size": n} for bw, n in
+                        ((400.0, 2), (40000.0, 2), (float("nan"), 1))])
+    got = assemble.plausibility_checks(lib, "NVIDIA H200")
+    assert [c.verdict for c in got] == ["pass", "fail"]
+    assert "exceeds the physical limit" in got[1].note

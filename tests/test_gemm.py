@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from conftest import REPO
-from gpulab import config, launch, outcomes, results
+from gpulab import config, launch, outcomes, plausible, results
 from gpulab.gemm import layout, numerics, runner, scaling
 from gpulab.gemm import single as single_mod
 from gpulab.stage import stage_main
@@ -272,3 +272,77 @@ def test_report_section_renders_figures_tables_and_headlines(stage_result):
     assert "2*M*N*K" in section.METHODS.replace("&middot;", "*") or "2MNK" in section.METHODS
     refs = section.references([stage_result])  # no H200 here: no reference rows
     assert list(refs.columns) == ["metric", "measured", "reference", "source", "fraction"]
+
+
+def test_harness_check_times_both_sides_in_batches_with_one_timer(monkeypatch):
+    # issue 24: gpulab's call path was timed one call per CUDA-event pair (launch gap included)
+    # while the raw side was timed in batches of 10; both sides now go through timing.measure
+    # with the same batch, so the check sees only the difference of the two calls.
+    seen = []
+    real = single_mod.timing.measure
+
+    def spy(fn, **kw):
+        seen.append(kw.get("batch", 1))
+        return real(fn, **kw)
+
+    monkeypatch.setattr(single_mod.timing, "measure", spy)
+    check = single_mod.harness_check(torch.device("cpu"), 16, warmup=0, repeats=2, seed=0)
+    assert seen == [single_mod.HARNESS_BATCH] * (2 * single_mod.HARNESS_ROUNDS)
+    assert check.check == single_mod.HARNESS_CHECK and check.bound == single_mod.HARNESS_BOUND
+    rows = single_mod.baseline(torch.device("cpu"), [(8, 8, 8)], [numerics.precision("fp32")],
+                               0, 1, 0)
+    assert seen[-1] == single_mod.HARNESS_BATCH and rows[0]["repeats"] == 1
+
+
+def test_multi_device_bar_judges_a_fixed_algorithm_and_a_failed_fp64_check_fails_it():
+    # issue 24: the bar took the fastest algorithm of those run; it now judges summa whichever
+    # is faster, and a summa run whose output failed its error check cannot pass.
+    single = pd.DataFrame([{"M": 64, "N": 64, "K": 64, "dtype": "bf16", "time_s_median": 4.0}])
+
+    def multi(summa_speedup, summa_err=1e-3):
+        return pd.DataFrame([
+            {"transport": "nccl", "algorithm": alg, "M": 64, "N": 64, "K": 64, "dtype": "bf16",
+             "P": p, "time_s_median": 4.0 / s, "tflops_median": 1.0,
+             "rel_error": err if p > 1 else 1e-3, "bound": 1e-2}
+            for alg, s4, err in (("row1d", 3.9, 1e-3), ("summa", summa_speedup, summa_err))
+            for p, s in ((1, 1.0), (4, s4))])
+
+    [bar] = scaling.bars(scaling.table(single, multi(1.0), [1, 4], 4), "cuda", 4, [1, 4])
+    assert "summa" in bar.bar and bar.verdict == "fail" and bar.measured == pytest.approx(1.0)
+    [wrong] = scaling.bars(scaling.table(single, multi(3.8, 0.5), [1, 4], 4), "cuda", 4, [1, 4])
+    assert wrong.verdict == "fail" and "error check" in wrong.note
+    [none] = scaling.bars(pd.DataFrame(), "cuda", 1, [])  # gemm.ranks: [] on an 8-GPU node
+    assert none.verdict == "not_applicable" and "gemm.ranks" in none.note
+    assert "1 here" not in none.note
+
+
+def test_gemm_tflops_above_the_dense_peak_fail_the_plausibility_check():
+    rows = [{"M": 8192, "N": 8192, "K": 8192, "dtype": "bf16", "tflops_median": tf}
+            for tf in (700.0, 1100.0)]  # H200 SXM bf16 dense peak: 989.5
+    multi = [{**rows[0], "algorithm": "summa", "P": 2, "transport": "nccl", "tflops_median": 1500.0}]
+    got = single_mod.plausibility_checks(rows, multi, "NVIDIA H200")
+    assert [c.verdict for c in got] == ["pass", "fail", "pass"]  # 1500 < 2 x 989.5
+    assert "exceeds the physical limit" in got[1].note
+    assert single_mod.plausibility_checks(rows, [], "Mystery GPU") == []
+    [bar] = plausible.guard_all([single_mod.peak_bar("bf16", 8192, 1100.0, "NVIDIA H200")])[0]
+    assert bar.verdict == "fail" and "exceeds the physical limit" in bar.note
+
+
+def test_gemm_headlines_report_the_fixed_configuration_not_the_best(tmp_path):
+    # issue 24: the headline showed the bar with the highest ratio; it now shows the bf16 peak
+    # bar (the fixed precision) even when fp32's ratio is higher, and names a failed bar.
+    from gpulab.gemm import section
+
+    r = results.Result("gemm", "main", {}, "cuda")
+    r.add_table("single", pd.DataFrame([
+        {"M": 8192, "N": 8192, "K": 8192, "dtype": d, "tflops_median": t}
+        for d, t in (("fp32", 60.0), ("bf16", 500.0), ("fp16", 900.0))]))
+    r.add_table("bars", outcomes.bars_frame([
+        single_mod.peak_bar("fp32", 8192, 60.0, "NVIDIA H200"),  # 0.90: the best ratio
+        single_mod.peak_bar("bf16", 8192, 500.0, "NVIDIA H200"),  # 0.51: fails
+        single_mod.peak_bar("fp16", 8192, 900.0, "NVIDIA H200")]))
+    r.add_table("checks", outcomes.checks_frame([outcomes.Check.of("c", "x", True)]))
+    path = results.write(r, tmp_path / "g.h5")
+    heads = section.headlines([path])
+    assert "bf16 8192x8192x8192: 500 TFLOP/s" in heads[0]
+    assert "bf16" in heads[1] and ": fail" in heads[1] and "Failed bars: 1 of 3" in heads[1]

@@ -2,6 +2,7 @@
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -410,3 +411,38 @@ def test_multiply_shift_division_is_exact_for_every_byte_and_divisor():
     d = np.arange(1, 256, dtype=np.uint32)[None, :]
     magic = (65536 + d - 1) // d
     assert np.array_equal((x * magic) >> 16, x // d)
+
+
+def test_a5000_reference_compares_read_write_with_read_write(tmp_path):
+    # issue 24: the seed's A5000 diagonal (675.82 GB/s) counts read+write, as the copy's gbps
+    # does; halving ours made an H200 copy read 2.9x the A5000 instead of 5.9x.
+    from gpulab.kernels import section
+
+    r = results.Result("kernels", "main", {}, "cuda")
+    r.add_table(outcomes.BARS, outcomes.bars_frame([]))
+    r.add_table("divide", pd.DataFrame([{"variant": "copy", "size_bytes": 1 << 30, "gbps": 4000.0}]))
+    path = results.write(r, tmp_path / "k.h5")
+    ref = section.references([path])
+    row = ref[ref["metric"].str.contains("same-device copy")].iloc[0]
+    assert row["measured"] == 4000.0 and row["fraction"] == pytest.approx(4000.0 / 675.82)
+    assert "read+write" in row["metric"]
+
+
+def test_kernel_rows_above_the_memory_bandwidth_fail_the_physical_limit():
+    # issue 24: a divide or copy figure above 1.05 x the datasheet memory bandwidth is a failed
+    # check and fails its datasheet bar; L2-resident rows are not compared.
+    from gpulab.kernels import bars as kbars
+
+    div, split_df = _gpu_tables(copy=9000.0)  # 9 TB/s read+write on an H200 (4.8 TB/s)
+    got, checks = kbars.physical_checks("cuda", "NVIDIA H200", div, kbars.divide_bars(
+        "cuda", "NVIDIA H200", div))
+    copy_bar = [b for b in got if b.bar.startswith("same-size copy vs datasheet")][0]
+    assert copy_bar.verdict == "fail" and "exceeds the physical limit" in copy_bar.note
+    by_case = {c.case: c.verdict for c in checks if c.case.startswith("divide")}
+    assert by_case["divide copy, 1073741824 B (read+write)"] == "fail"
+    assert by_case["divide vec16, 1073741824 B (read+write)"] == "pass"
+    ok_div, _ = _gpu_tables()
+    assert {c.verdict for c in kbars.physical_checks("cuda", "NVIDIA H200", ok_div, [])[1]} == {"pass"}
+    cached, _ = _gpu_tables(copy=9000.0, resident=True)
+    assert kbars.physical_checks("cuda", "NVIDIA H200", cached, [])[1] == []
+    assert kbars.physical_checks("cpu", "cpu", div, []) == ([], [])

@@ -106,3 +106,26 @@ def test_result_file_carries_the_overall_verdict(tmp_path):
     path = results.write(r, tmp_path / "r.h5")
     attrs = results.read_attrs(path)
     assert attrs["verdict"] == "fail" and "sum [a]" in attrs["verdict_summary"]
+
+
+@pytest.mark.parametrize("name, model, gbps, bf16", [
+    ("NVIDIA GH200 480GB", "GH200 480GB", 4000, 989.5),  # was matched as an H200 SXM (4800)
+    ("NVIDIA H100 NVL", "H100 NVL", 3900, 835.5),  # was matched as an H100 SXM (3350, 989.5)
+    ("NVIDIA A100-SXM4-40GB", "A100 SXM 40GB", 1555, 312),  # was the 80GB part's 2039
+    ("NVIDIA A100-PCIE-40GB", "A100 PCIe 40GB", 1555, 312),  # was the 80GB PCIe part's 1935
+    ("NVIDIA B200", "B200", 8000, 2250),
+    ("NVIDIA H200", "H200 SXM", 4800, 989.5),
+    ("nvidia  h200 nvl", "H200 NVL", 4800, 835.5),
+])
+def test_limits_match_whole_driver_names(name, model, gbps, bf16):
+    assert limits.model_of(name)["model"] == model
+    assert limits.memory_bandwidth(name).value == gbps
+    assert limits.peak_tflops(name, "bf16").value == bf16
+
+
+def test_limits_unknown_or_partial_name_is_not_applicable_naming_it():
+    for name in ("NVIDIA H200 Prototype", "H200", "NVIDIA Imaginary 9000"):
+        lim = limits.memory_bandwidth(name)
+        assert not lim.known and repr(name) in lim.reason, name
+    names = [n for m in limits.table()["models"] for n in m["names"]]
+    assert len(names) == len(set(names))  # one model per driver name

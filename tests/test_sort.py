@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from gpulab import outcomes, results, timing
@@ -325,3 +326,49 @@ def test_a_crashed_case_is_a_failed_check():
     finally:
         b.close()
     assert [c.verdict for c in checks] == ["fail"] and "out of device memory" in checks[0].note
+
+
+def test_sort_harness_times_both_sides_in_batches(monkeypatch):
+    # issue 24: one CUDA-event pair around one sort times the launch gap too; both sides of the
+    # harness check now time batches of HARNESS_BATCH back-to-back calls. The CUDA path is driven
+    # here by the numpy backend standing in for CuPy (cp.sort is numpy.sort).
+    from gpulab.sort import backend as backend_mod
+
+    cfg = {"bar_keys": 4096, "warmup": 0, "repeats": 2, "device_counts": [1],
+           "algorithms": ["p2p"]}
+    b = bench.Bench(cfg, "cpu", 1, "cpu")
+    batches = []
+
+    class FakeCupy(backend_mod.NumpyBackend):
+        cp = np
+
+        def time_device(self, fn, d, warmup, repeats, batch=1):
+            batches.append(batch)
+            return super().time_device(fn, d, warmup, repeats, batch=batch)
+
+    b.kind, b.single = "cuda", FakeCupy(1)
+    check = b.harness_check(seed=0)
+    assert check.check == bench.HARNESS_CHECK and check.bound == bench.HARNESS_BOUND
+    assert batches == [bench.HARNESS_BATCH] * 4
+
+
+def test_sort_headlines_report_the_fixed_algorithm_not_the_best(tmp_path):
+    # issue 24: the headline took the bar with the highest ratio and the fastest algorithm; it now
+    # reports p2p (the fixed, named configuration) and counts the failed bars.
+    from gpulab.sort import section
+
+    r = results.Result("sort", "main", {}, "cuda")
+    r.attrs.update({"device_kind": "cuda", "device_name": "NVIDIA H200", "devices_available": 4})
+    r.add_table("bars", outcomes.bars_frame([
+        outcomes.Bar.measure(f"{alg} sort of 1000 keys on 4 GPUs: speed-up vs one GPU", s, 4,
+                             source=bench.SPEEDUP_SOURCE, threshold=0.5, unit="x")
+        for alg, s in (("radix", 3.9), ("p2p", 1.2))]))
+    r.add_table("runs", pd.DataFrame([
+        {"scope": "host-to-host", "sweep": "size", "algorithm": alg, "key_type": "uint32",
+         "distribution": "uniform", "n_keys": 1000, "devices": d, "keys_per_s": kps}
+        for alg, d, kps in (("radix", 4, 9e9), ("p2p", 4, 2e9), ("p2p", 1, 1e9))]))
+    r.add_table("checks", outcomes.checks_frame([outcomes.Check.of("c", "x", True)]))
+    path = results.write(r, tmp_path / "s.h5")
+    heads = section.headlines([path])
+    assert heads[0].startswith("p2p sort") and ": fail" in heads[0] and "1 of 2" in heads[0]
+    assert "p2p on 4 device(s), 2.00 Gkeys/s" in heads[1]

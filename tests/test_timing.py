@@ -29,3 +29,15 @@ def test_stopwatch_accumulates_phases():
         with sw.phase("a"):
             sum(range(1000))
     assert set(sw.phases) == {"a"} and sw.phases["a"] > 0
+
+
+def test_measure_batch_times_back_to_back_calls_and_reports_per_call_time(monkeypatch):
+    # issue 24: one timer pair around `batch` calls, sample = elapsed / batch (so a launch gap
+    # before one short call is not counted as the call's time).
+    clock = iter([0.0, 10.0, 10.0, 30.0])
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: next(clock))
+    calls = []
+    s = timing.measure(lambda: calls.append(1), warmup=0, repeats=2, batch=10)
+    assert len(calls) == 20 and s.samples == (1.0, 2.0)
+    with pytest.raises(ValueError):
+        timing.measure(lambda: None, batch=0)

@@ -334,3 +334,35 @@ def test_config_that_can_never_work_is_rejected_before_running():
     with pytest.raises(cfgmod.ConfigError, match="d_model=30 is not a multiple of train.gpt.n_heads=4"):
         load_config({"gpt": {"d_model": 30, "n_heads": 4}})
     assert parallel_degree("pipeline", {"gpt": {"n_layers": 2, "n_heads": 4}}, 6)[0] == 4
+
+
+def test_ddp_bars_judge_a_fixed_model_and_batch_not_the_best():
+    # issue 24: the bars took the most efficient of every model and batch; a second, faster
+    # model must not turn the first model's slow scaling into a pass.
+    import pandas as pd
+
+    rows = []
+    for model, s2 in (("cnn", 1.1), ("mlp", 1.95)):
+        for sweep, local in (("strong", (32, 16)), ("weak", (32, 32))):
+            for devices, lb in zip((1, 2), local):
+                t = 1.0 if devices == 1 else (32 * 2 if sweep == "weak" else 32) / (32 * s2)
+                rows.append({"sweep": sweep, "model": model, "devices": devices, "local_batch": lb,
+                             "global_batch": lb * devices, "bucket_cap_mb": 25,
+                             "comm_hook": "none", "step_s_median": t, "rank": 0,
+                             "peak_mem_bytes": 0.0})
+    agg = tables.ddp_table(rows)
+    got = {b.bar.split()[1]: b for b in tables.ddp_bars(agg, "cuda", 2, "cnn")}
+    assert got["strong-scaling"].verdict == "fail" and "cnn" in got["strong-scaling"].note
+    assert got["weak-scaling"].verdict == "fail"
+    assert {b.verdict for b in tables.ddp_bars(agg, "cuda", 2, "mlp")} == {"pass"}
+    assert isinstance(agg, pd.DataFrame)
+
+
+def test_pipeline_bubble_row_stores_the_difference_it_judges():
+    # issue 24: a passing row read "ratio 1.1 <= 0.10" (measured / formula against an absolute
+    # bound on the difference).
+    bar = tables._bubble_bar("b", 0.22, 0.2, 0.10, "")
+    assert bar.verdict == "pass" and bar.ratio == pytest.approx(0.02)
+    assert bar.measured == pytest.approx(0.02) and bar.reference == 0.2
+    assert "measured bubble 0.22" in bar.note
+    assert tables._bubble_bar("b", 0.45, 0.2, 0.10, "").ratio == pytest.approx(0.25)

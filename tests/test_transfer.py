@@ -363,3 +363,131 @@ def test_isolation_check_fails_when_peer_access_leaked():
     leaked = bars.isolation_check(2, 2, False, "CONTAMINATED: peer access was on for ['0->1']")
     assert leaked.verdict == "fail" and "CONTAMINATED" in leaked.note
     assert outcomes.overall({"checks": outcomes.checks_frame([leaked])})["verdict"] == "fail"
+
+
+def _pinned_rows(device: int, gbps: float, nbytes: int = 1 << 30) -> list[dict]:
+    moved = nbytes * 5
+    return [{**measure.bandwidth_row([moved / gbps / 1e9] * 3, moved), "direction": dr,
+             "memory": "pinned", "call": "async", "device": device, "bytes": nbytes, "copies": 5}
+            for dr in ("H2D", "D2H")]
+
+
+def test_pinned_links_barred_on_every_gpu_and_a_degraded_gpu3_fails():
+    # issue 24: only GPU0's link was barred; GPU3 trained to x8 (of x16) must fail.
+    links = [{**LINKS_NV18[0]} for _ in range(4)]
+    links[3] = {**links[3], "pcie_width_now": 8}
+    h2d = {"mine": {**measure.bandwidth_row([5 / 55.4], 5 * 10**9), "bytes": 1 << 30, "copies": 5}}
+    per_gpu = pd.DataFrame(_pinned_rows(1, 55.0) + _pinned_rows(2, 54.0) + _pinned_rows(3, 27.0))
+    got = {b.bar: b for b in bars.link_bars(h2d, _hd(56.0), per_gpu, links)}
+    assert len(got) == 8
+    for d in range(3):
+        assert got[f"pinned H2D vs PCIe limit, GPU{d}"].verdict == "pass"
+        assert got[f"pinned D2H vs PCIe limit, GPU{d}"].verdict == "pass"
+    for what in ("H2D", "D2H"):
+        b = got[f"pinned {what} vs PCIe limit, GPU3"]
+        assert b.verdict == "fail" and "degraded link" in b.note
+    all_bars = bars.gpu_bars(_diag_rows(4003.0), ["NVIDIA H200"] * 2, links, h2d, _hd(56.0), per_gpu)
+    assert "pinned D2H vs PCIe limit, GPU3" in {b.bar for b in all_bars}
+
+
+def test_small_host_copies_are_issue_rate_bound_and_judge_no_link():
+    assert measure.bound_by(64 << 10) == measure.ISSUE_BOUND and measure.bound_by(1 << 20) == "link"
+    small = {"mine": {**measure.bandwidth_row([1e-3], 5 * 65536), "bytes": 65536, "copies": 5}}
+    hd = pd.DataFrame([{**measure.bandwidth_row([1e-3], 5 * 65536), "direction": "D2H",
+                        "memory": "pinned", "call": "async", "bytes": 65536, "copies": 5}])
+    got = bars.pcie_bars(small, hd, LINKS_NV18[0])
+    assert {b.verdict for b in got} == {"not_applicable"}
+    assert all("issue-rate bound, not link bound" in b.note for b in got)
+
+
+def test_nvlink_without_peer_access_fails_and_pcie_without_it_is_not_applicable():
+    rows = _diag_rows(20.0).assign(peer_access=False)
+    nv = bars.p2p_bars(rows, ["NVIDIA H200"] * 2, LINKS_NV18)
+    assert [b.verdict for b in nv] == ["fail", "fail"] and "no peer access" in nv[0].note
+    pcie = [{"pcie_gen_max": 4, "pcie_width_max": 16, "nvlinks": 0, "nvlinks_to": {},
+             "nvlinks_switch": 0}] * 2
+    assert {b.verdict for b in bars.p2p_bars(rows, ["NVIDIA L40S"] * 2, pcie)} == {"not_applicable"}
+
+
+def test_switch_links_only_when_the_remote_is_an_nvswitch():
+    # 4-GPU direct mesh (4 links to each peer), 2 GPUs visible: 4 of 12 links reach the peer.
+    visible = ["0000:01:00.0", "0000:02:00.0"]
+    mesh = [("0000:02:00.0", "gpu")] * 4 + [("0000:03:00.0", "gpu")] * 4 + [("0000:04:00.0", "gpu")] * 4
+    a = devices.count_nvlinks(mesh, visible)
+    b = devices.count_nvlinks([(r.replace("02", "01") if r == visible[1] else r, k) for r, k in mesh],
+                              visible)
+    assert a == {"nvlinks": 12, "nvlinks_to": {1: 4}, "nvlinks_switch": 0, "nvlinks_unknown": 0}
+    assert devices.nvlink_share([a, b], 0, 1) == pytest.approx(1 / 3)
+    hgx = devices.count_nvlinks([(f"0000:{0xa0 + k:02x}:00.0", "switch") for k in range(18)], visible)
+    assert devices.nvlink_share([hgx, hgx], 0, 1) == 1.0
+    unknown = devices.count_nvlinks([("0000:99:00.0", "unknown")] * 2, visible)
+    assert unknown["nvlinks_switch"] == 0 and unknown["nvlinks"] == 2
+    # NVML that cannot name a link's far end: the share is unknown, not guessed either way
+    assert devices.nvlink_share([unknown, unknown], 0, 1) is None
+
+
+def test_every_bandwidth_row_is_checked_against_its_physical_limit():
+    # issue 24: a figure above 1.05 x its physical limit is a failed check and fails its bar.
+    names, links = ["NVIDIA H200"] * 2, LINKS_NV18
+    impossible = _diag_rows(40000.0)  # 40 TB/s: 8x the H200's memory bandwidth
+    checks = bars.plausibility_checks(impossible, names, links, [])
+    assert checks and {c.verdict for c in checks} == {"fail"}
+    assert all("exceeds the physical limit" in c.note for c in checks)
+    assert {c.verdict for c in bars.plausibility_checks(_diag_rows(380.0), names, links, [])} \
+        == {"pass"}
+    host = pd.DataFrame(_pinned_rows(0, 80.0) + _pinned_rows(1, 55.0))  # 80 > 1.05 x 63 GB/s
+    hc = {c.case: c.verdict for c in bars.plausibility_checks(impossible.iloc[:0], names, links,
+                                                                [host])}
+    assert sorted(hc.values()) == ["fail", "fail", "pass", "pass"]
+    hbm = bars.gpu_bars(impossible, names, links, {}, pd.DataFrame())
+    top = [b for b in hbm if b.bar.startswith("same-device")]
+    assert {b.verdict for b in top} == {"fail"} and "exceeds the physical limit" in top[0].note
+
+
+def test_schema_states_the_copy_cap_the_code_uses():
+    # issue 24: the schema said "at most 1000" copies while the code caps at 256.
+    import yaml
+
+    from conftest import REPO
+
+    text = (REPO / "src/gpulab/transfer/schema.yaml").read_text()
+    desc = yaml.safe_load(text)["properties"]["sweep_target_bytes"]["description"]
+    assert f"at most {measure.MAX_COPIES}" in desc and "1000" not in desc
+    assert measure.copies_for(1, 1, 1 << 40) == measure.MAX_COPIES
+    gpu = (REPO / "workflow/presets/gpu.yaml").read_text()
+    assert "issue 8" not in gpu
+    # a measured figure written into a comment goes stale (gemm/single.py said H200 bf16 "0.67")
+    assert "0.67" not in (REPO / "src/gpulab/gemm/single.py").read_text()
+
+
+def test_gpu_path_wires_every_link_bar_and_the_plausibility_checks(monkeypatch):
+    # The GPU phases faked at their process boundary (run_isolated): the stage's own assembly
+    # must bar GPU1's link from its own copies and check every row against its physical limit.
+    import gpulab.transfer as tr
+    from gpulab.transfer import isolate
+
+    rows = _diag_rows(4003.0).assign(metric="bandwidth")
+    dis = {"p2p": rows.assign(p2p="disabled"), "sweep": rows.iloc[:0], "malloc": pd.DataFrame(),
+           "connectivity": [[True, True], [True, True]], "isolation_check": "ok",
+           "isolation_ok": True, "isolation_pairs": 2, "gpu_names": ["NVIDIA H200"] * 2,
+           "l2_bytes": [0, 0]}
+    ena = {"p2p": rows, "sweep": _diag_rows(40000.0, nbytes=1 << 26).assign(metric="bandwidth"), "malloc": pd.DataFrame(),
+           "torch_d2d": pd.DataFrame([{**measure.bandwidth_row([0.001], 4 * 10**9), "device": d,
+                                       "bytes": 1 << 28, "copies": 5} for d in range(2)])}
+    hd = pd.DataFrame(_pinned_rows(0, 55.0))
+    hst = {"host_device": hd, "host_device_threads": pd.DataFrame(),
+           "h2d_bar": {"mine": hd.iloc[0].to_dict(), "torch": hd.iloc[0].to_dict()},
+           "host_device_links": pd.DataFrame(_pinned_rows(1, 20.0)), "links": LINKS_NV18}
+    phases = {"disabled_phase": dis, "enabled_phase": ena, "host_phase": hst}
+    monkeypatch.setattr(isolate, "run_isolated", lambda fn, cfg: phases[fn.__name__])
+    result = results.Result("transfer", "main", {}, "cuda")
+    cfg = tr.full_config({})
+    _, bar_rows, check_rows = tr._gpu(result, cfg, 2)
+    got = {b.bar: b.verdict for b in bar_rows}
+    assert got["pinned H2D vs PCIe limit, GPU0"] == "pass"
+    assert got["pinned H2D vs PCIe limit, GPU1"] == "fail"  # 20 of 63 GB/s
+    assert "host_device_links" in result.tables
+    phys = [c for c in check_rows if c.check == "within the physical limit"]
+    assert any(c.verdict == "fail" and "p2p enabled ce GPU0->GPU0 67108864" in c.case
+               for c in phys)  # the 40 TB/s sweep row
+    assert {c.verdict for c in phys if "host<->device" in c.case} == {"pass"}

@@ -166,7 +166,7 @@ def link_info(bus_ids: list[str]) -> list[dict]:
                     d[key] = int(fn(h))
                 except Exception:
                     pass
-            active, to, switch = 0, {}, 0
+            remotes = []
             for link in range(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18)):
                 try:
                     if nv.nvmlDeviceGetNvLinkState(h, link) != nv.NVML_FEATURE_ENABLED:
@@ -174,13 +174,8 @@ def link_info(bus_ids: list[str]) -> list[dict]:
                     remote = _bus(nv.nvmlDeviceGetNvLinkRemotePciInfo_v2(h, link).busId)
                 except Exception:
                     continue
-                active += 1
-                if remote in norm:
-                    j = norm.index(remote)
-                    to[j] = to.get(j, 0) + 1
-                else:  # not one of the GPUs: an NVSwitch (HGX boards)
-                    switch += 1
-            d.update(nvlinks=active, nvlinks_to=to, nvlinks_switch=switch)
+                remotes.append((remote, _remote_type(nv, h, link)))
+            d.update(count_nvlinks(remotes, norm))
     finally:
         try:
             nv.nvmlShutdown()
@@ -196,6 +191,41 @@ def _bus(b) -> str:
     return f"{int(dom, 16):04x}:{rest}" if rest else s.lower()
 
 
+NVLINK_SWITCH = "switch"
+
+
+def _remote_type(nv, handle, link: int) -> str:
+    """'switch', 'gpu' or 'unknown': what the far end of an NVLink is, as NVML says."""
+    try:
+        t = nv.nvmlDeviceGetNvLinkRemoteDeviceType(handle, link)
+    except Exception:  # older NVML: the type is not known
+        return "unknown"
+    if t == getattr(nv, "NVML_NVLINK_DEVICE_TYPE_SWITCH", 2):
+        return NVLINK_SWITCH
+    return "gpu" if t == getattr(nv, "NVML_NVLINK_DEVICE_TYPE_GPU", 0) else "unknown"
+
+
+def count_nvlinks(remotes: list[tuple[str, str]], visible: list[str]) -> dict:
+    """Active NVLinks of one GPU from its links' (remote bus id, remote device type).
+
+    A link to a visible GPU counts for that GPU; a link counts as a switch link only when NVML
+    says its far end is an NVSwitch. A link to a GPU that is not visible (a 4-GPU direct mesh with
+    2 GPUs given to this job) counts in ``nvlinks`` but reaches no visible peer (issue 24: it used
+    to count as a switch link, so the pair's share read 1.0 instead of 1/3).
+    """
+    to, switch, unknown = {}, 0, 0
+    for remote, kind in remotes:
+        if remote in visible:
+            j = visible.index(remote)
+            to[j] = to.get(j, 0) + 1
+        elif kind == NVLINK_SWITCH:
+            switch += 1
+        elif kind != "gpu":  # NVML could not say (older driver): neither a peer nor a switch
+            unknown += 1
+    return {"nvlinks": len(remotes), "nvlinks_to": to, "nvlinks_switch": switch,
+            "nvlinks_unknown": unknown}
+
+
 def nvlink_share(links: list[dict], i: int, j: int) -> float | None:
     """Share of GPU i's NVLink bandwidth that reaches GPU j: 0 if no NVLink path, None if unknown.
 
@@ -206,6 +236,8 @@ def nvlink_share(links: list[dict], i: int, j: int) -> float | None:
     a, b = links[i], links[j]
     if "nvlinks" not in a or "nvlinks" not in b:
         return None
+    if a.get("nvlinks_unknown") or b.get("nvlinks_unknown"):
+        return None  # a link whose far end NVML cannot name: the share is not known
     if not a["nvlinks"]:
         return 0.0
     via = a["nvlinks_to"].get(j, 0) + (a["nvlinks_switch"] if b["nvlinks_switch"] else 0)

@@ -33,13 +33,18 @@ def table() -> dict[str, Any]:
         return yaml.safe_load(fh)
 
 
+def _norm(name: str) -> str:
+    return " ".join(str(name).split()).casefold()
+
+
 def model_of(device_name: str | None) -> dict[str, Any] | None:
-    """The datasheet entry whose match words all occur in the driver's device name."""
+    """The datasheet entry that lists the driver's whole device name (case and runs of spaces
+    aside); never a substring match: "NVIDIA GH200 480GB" is not an "NVIDIA H200"."""
     if not device_name:
         return None
-    name = device_name.lower()
+    name = _norm(device_name)
     for m in table()["models"]:
-        if all(w.lower() in name for w in m["match"]):
+        if name in {_norm(n) for n in m["names"]}:
             return m
     return None
 

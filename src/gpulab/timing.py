@@ -56,25 +56,28 @@ def summarize(samples: Sequence[float]) -> Stats:
     )
 
 
-def _cuda_time_once(fn: Callable[[], object], device) -> float:
+def _cuda_time_once(fn: Callable[[], object], device, batch: int = 1) -> float:
     import torch
 
     with torch.cuda.device(device):
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         start.record()
-        fn()
+        for _ in range(batch):
+            fn()
         end.record()
         end.synchronize()
-        return start.elapsed_time(end) / 1e3
+        return start.elapsed_time(end) / 1e3 / batch
 
 
-def _cpu_time_once(fn: Callable[[], object], sync: Callable[[], object] | None) -> float:
+def _cpu_time_once(fn: Callable[[], object], sync: Callable[[], object] | None,
+                   batch: int = 1) -> float:
     t0 = time.perf_counter()
-    fn()
+    for _ in range(batch):
+        fn()
     if sync is not None:
         sync()
-    return time.perf_counter() - t0
+    return (time.perf_counter() - t0) / batch
 
 
 def measure(
@@ -85,15 +88,21 @@ def measure(
     device=None,
     sync: Callable[[], object] | None = None,
     setup: Callable[[], object] | None = None,
+    batch: int = 1,
 ) -> Stats:
-    """Run ``fn`` ``warmup`` times untimed, then ``repeats`` times timed.
+    """Run ``fn`` ``warmup`` times untimed, then ``repeats`` timed samples.
 
     device: a CUDA ``torch.device``/ordinal to time with CUDA events on its current stream, or None
     for the host clock (``sync`` is called inside the timed region, e.g. a device synchronize for
-    work that is not on the current stream). ``setup`` runs untimed before every call (fresh input).
+    work that is not on the current stream). ``setup`` runs untimed before every sample (fresh input).
+    batch: calls per sample. One event pair around one short call also times the host's launch gap
+    before it; around ``batch`` back-to-back calls the queue stays full and the sample is
+    elapsed / batch, the per-call time of the work itself (issue 24).
     """
     if repeats < 1:
         raise ValueError("repeats must be >= 1")
+    if batch < 1:
+        raise ValueError("batch must be >= 1")
     use_cuda = device is not None and getattr(device, "type", "cuda") == "cuda"
     for _ in range(warmup):
         if setup:
@@ -105,7 +114,8 @@ def measure(
     for _ in range(repeats):
         if setup:
             setup()
-        samples.append(_cuda_time_once(fn, device) if use_cuda else _cpu_time_once(fn, sync))
+        samples.append(_cuda_time_once(fn, device, batch) if use_cuda
+                       else _cpu_time_once(fn, sync, batch))
     return summarize(samples)
 
 

@@ -96,6 +96,20 @@ def nccl_reference(cfg: dict, kind: str, n: int, size: int, node: launch.NodeSpe
     return ref["ip_busbw_GBps"], f"{exe}, same job", ref
 
 
+def _link_limit(ranks: list[dict], device_name: str, node: launch.NodeSpec):
+    """The all-reduce's link limit from NVML, for the GPUs of this node (one node only)."""
+    from gpulab import devices as devmod
+    from gpulab import limits
+
+    if node.nnodes > 1:
+        return limits.Limit(None, "GB/s", "", "multi-node job: the network is the limit, and "
+                                              "gpulab has no figure for it")
+    bus = [r.get("bus_id") or "" for r in ranks]
+    if not all(bus):
+        return limits.Limit(None, "GB/s", "", "the ranks did not report their PCI bus ids")
+    return assemble.link_limit(device_name, devmod.link_info(bus))
+
+
 def run(ctx) -> "results.Result":  # noqa: F821 - gpulab.results.Result
     cfg = stage_config(ctx.config)
     variant = variantmod.get(ctx.variant)
@@ -144,8 +158,13 @@ def run(ctx) -> "results.Result":  # noqa: F821 - gpulab.results.Result
     for name, df in tabs.items():
         result.add_table(name, df, units=outcomes.units_for(df, assemble.EXTRA_UNITS))
     checks = assemble.checks(merged, result.attrs["backend"])
-    if "allreduce_algorithms" in tabs:
-        algs = tabs["allreduce_algorithms"]
+    checks += assemble.plausibility_checks(tabs["library"], result.attrs["device_name"])
+    # The bars are built from the library table whether or not hand-written algorithms ran (the
+    # health preset runs none), issue 24.
+    algs = tabs.get("allreduce_algorithms")
+    if algs is None:
+        algs = assemble.library_allreduce(tabs["library"])
+    if len(algs):
         try:
             ref, note, raw = nccl_reference(cfg, kind, n, int(algs["bytes"].max()), node, multicast)
         except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
@@ -153,7 +172,9 @@ def run(ctx) -> "results.Result":  # noqa: F821 - gpulab.results.Result
             ref, note, raw = None, f"nccl-tests all_reduce_perf failed: {exc}"[:300], {}
         if raw:
             result.attrs["nccl_tests"] = json.dumps(raw)
-        result.add_table("bars", outcomes.bars_frame(assemble.bars(algs, kind, n, ref, note)))
+        link = _link_limit(ranks, result.attrs["device_name"], node) \
+            if ref is None and kind == "cuda" and n > 1 else None
+        result.add_table("bars", outcomes.bars_frame(assemble.bars(algs, kind, n, ref, note, link)))
     result.add_table("checks", outcomes.checks_frame(checks))
     result.add_table("not_applicable", outcomes.not_applicable_frame(skipped))
     wrong = [c for c in checks if c.verdict == "fail"]

@@ -9,7 +9,8 @@ import math
 
 import pandas as pd
 
-from gpulab import timing
+from gpulab import devices as devmod
+from gpulab import limits, plausible, timing
 from gpulab.collectives import formulas
 from gpulab.outcomes import Bar, Check
 
@@ -23,6 +24,11 @@ EXTRA_UNITS = {"count": "elements", "time_s_median": "s", "time_s_min": "s", "ti
 # the library may land on either side of nccl-tests; 5% either way is the same figure.
 NCCL_TESTS_TOLERANCE = 0.05
 RING_THRESHOLD = 0.70
+# Without nccl-tests the library all-reduce is judged against the links between the GPUs (the
+# NVLink share that reaches the other ranks, else the slowest PCIe link): NCCL's ring and tree
+# all-reduces reach 0.75-0.9 of the link in busbw at large sizes; below one half is a broken path.
+LINK_THRESHOLD = 0.5
+ONE_RANK = "no communication with one rank"
 
 
 def merge_ranks(rank_results: list[dict]) -> list[dict]:
@@ -50,12 +56,16 @@ def merge_ranks(rank_results: list[dict]) -> list[dict]:
 
 
 def stats_row(row: dict) -> dict:
+    """Time statistics and bandwidths of one case. With one rank nothing is communicated: algbw
+    would be bytes / launch time (40 TB/s on an H200, issue 24), so it is left empty and the row
+    says why (``note``)."""
     st = timing.summarize(row["samples"])
     n, op, size = row["world_size"], row["op"], row["bytes"]
     out = {k: v for k, v in row.items() if k != "samples"}
     out.update({"time_s_median": st.median, "time_s_min": st.min, "time_s_max": st.max,
                 "repeats": st.n,
-                "algbw_GBps": formulas.algbw(size, st.median),
+                "algbw_GBps": formulas.algbw(size, st.median) if n > 1 else math.nan,
+                "note": "" if n > 1 else f"not applicable: {ONE_RANK}",
                 "busbw_GBps": formulas.busbw(op, n, size, st.median),
                 "busbw_GBps_min": formulas.busbw(op, n, size, st.max),
                 "busbw_GBps_max": formulas.busbw(op, n, size, st.min),
@@ -86,6 +96,53 @@ def tables(merged: list[dict]) -> dict[str, pd.DataFrame]:
     return out
 
 
+def library_allreduce(lib: pd.DataFrame) -> pd.DataFrame:
+    """The library's in-place all-reduce rows labelled as the ``library`` algorithm: what the bars
+    judge when no hand-written algorithm was configured (the health preset), issue 24."""
+    if lib is None or lib.empty:
+        return pd.DataFrame()
+    ref = lib[(lib["op"] == "all_reduce") & (lib["mode"] == "in-place")].copy()
+    ref["algorithm"] = LIBRARY_LABEL
+    return ref.reset_index(drop=True)
+
+
+def link_limit(device_name: str | None, links: list[dict]) -> limits.Limit:
+    """The busbw limit of an all-reduce over these GPUs: per GPU, the datasheet NVLink bandwidth
+    times the share of its links that reach another rank (direct or through an NVSwitch), the
+    smallest over the GPUs; without NVLink between every pair, the slowest PCIe link."""
+    n = len(links)
+    if n < 2 or any("nvlinks" not in ln for ln in links):
+        return limits.Limit(None, "GB/s", "", "NVLink topology not known (NVML did not answer)")
+    shares = [devmod.nvlink_share(links, i, j) for i in range(n) for j in range(n) if i != j]
+    if any(x is None for x in shares):
+        return limits.Limit(None, "GB/s", "", "NVLink topology not known (NVML could not name "
+                                              "the far end of a link)")
+    if all(shares):
+        nv = limits.nvlink_bandwidth(device_name)
+        if not nv.known:
+            return nv
+        reach = [min(1.0, (ln["nvlinks_switch"] + sum(ln["nvlinks_to"].values())) / ln["nvlinks"])
+                 for ln in links]
+        return limits.Limit(nv.value * min(reach), "GB/s",
+                            f"{nv.source} x {min(reach):.3g} (share of the links that reach "
+                            "the other ranks)")
+    pcie = [limits.pcie_bandwidth(ln.get("pcie_gen_max"), ln.get("pcie_width_max")) for ln in links]
+    unknown = [p for p in pcie if not p.known]
+    return unknown[0] if unknown else min(pcie, key=lambda p: p.value)
+
+
+def plausibility_checks(lib: pd.DataFrame, device_name: str | None) -> list[Check]:
+    """busbw of every case with more than one rank against the datasheet memory bandwidth: no
+    collective moves bytes faster than a GPU reads them (issue 24). One-rank rows are not judged."""
+    if lib is None or lib.empty:
+        return []
+    lim = limits.memory_bandwidth(device_name)
+    rows = lib[lib["world_size"] > 1]
+    return plausible.row_checks(rows, "busbw_GBps", lambda r: lim, lambda r: (
+        f"{r['op']} {r['mode']} {int(r['bytes'])} B on {int(r['world_size'])} ranks (busbw)"),
+        "GB/s")
+
+
 def _busbw_at(df: pd.DataFrame, col: str, name: str, size: int) -> float:
     hit = df[(df[col] == name) & (df["bytes"] == size)]
     return float(hit["busbw_GBps"].iloc[0]) if len(hit) else math.nan
@@ -102,32 +159,42 @@ def checks(merged: list[dict], backend: str) -> list[Check]:
 NCCL_BARS = ("library all-reduce busbw >= 95% of nccl-tests all_reduce_perf (in-place, median)",
              "library all-reduce busbw <= 105% of nccl-tests all_reduce_perf (in-place, median)")
 RING_BAR = "hand-written ring all-reduce busbw >= 70% of the library all-reduce"
+LINK_BAR = "library all-reduce busbw vs the GPUs' link limit (in-place, median)"
 
 
 def bars(algs: pd.DataFrame | None, device_kind: str, n: int, nccl_ref: float | None,
-         nccl_note: str) -> list[Bar]:
-    """At the largest size measured: the library against nccl-tests (two-sided, as two bars) and
-    the hand-written ring against the library."""
+         nccl_note: str, link: limits.Limit | None = None) -> list[Bar]:
+    """At the largest size measured: the library against nccl-tests (two-sided, as two bars), or
+    against the GPUs' link limit where nccl-tests is not installed, and the hand-written ring
+    against the library (not applicable when no ring was configured)."""
     if algs is None or algs.empty:
         return []
     size = int(algs["bytes"].max())
     lib = _busbw_at(algs, "algorithm", LIBRARY_LABEL, size)
     ring = _busbw_at(algs, "algorithm", "ring", size)
+    has_ring = bool((algs["algorithm"] == "ring").any())
     where = f"at {size} B ({size / 2**30:g} GiB)"
     if device_kind != "cuda":
         why = "defined for > 1 GPU (NCCL); CPU (gloo) values are in the tables for information"
     elif n < 2:
-        why = "world size 1: no communication, busbw is 0 by definition"
+        why = f"world size 1: {ONE_RANK}"
     else:
         why = ""
     if why:
-        return [Bar.not_applicable(b, f"{why}; {where}", unit="GB/s", measured=m)
+        return [Bar.not_applicable(b, f"{why}; {where}", unit="GB/s",
+                                   measured=m if n > 1 else float("nan"))
                 for b, m in ((NCCL_BARS[0], lib), (NCCL_BARS[1], lib), (RING_BAR, ring))]
     src = f"nccl-tests all_reduce_perf, {nccl_note}" if nccl_note else "nccl-tests all_reduce_perf"
     out = []
     if nccl_ref is None:
         out += [Bar.not_applicable(b, nccl_note or "nccl-tests all_reduce_perf not run",
                                    unit="GB/s", measured=lib) for b in NCCL_BARS]
+        if link is not None and link.known:
+            out.append(plausible.guard(Bar.measure(
+                LINK_BAR, lib, link.value, source=link.source, threshold=LINK_THRESHOLD,
+                unit="GB/s", note=f"{where}; no nccl-tests here, so judged against the link"))[0])
+        elif link is not None:
+            out.append(Bar.not_applicable(LINK_BAR, link.reason, unit="GB/s", measured=lib))
     else:
         note = (f"{where}; both sides the median over repetitions of the per-call time of a block "
                 "of back-to-back calls; one process per GPU here, one process for all GPUs in "
@@ -137,6 +204,10 @@ def bars(algs: pd.DataFrame | None, device_kind: str, n: int, nccl_ref: float | 
                 Bar.measure(NCCL_BARS[1], lib, nccl_ref, source=src,
                             threshold=1 + NCCL_TESTS_TOLERANCE, unit="GB/s", direction="<=",
                             note=note)]
-    out.append(Bar.measure(RING_BAR, ring, lib, source="library all-reduce (in place), same run",
-                           threshold=RING_THRESHOLD, unit="GB/s", note=where))
+    if has_ring:
+        out.append(Bar.measure(RING_BAR, ring, lib, source="library all-reduce (in place), same run",
+                               threshold=RING_THRESHOLD, unit="GB/s", note=where))
+    else:
+        out.append(Bar.not_applicable(RING_BAR, "no hand-written ring configured "
+                                                "(collectives.algorithms)", unit="GB/s"))
     return out

@@ -191,6 +191,19 @@ def _at_largest(df: pd.DataFrame, **match) -> pd.Series | None:
     return df.loc[df["bytes"].idxmax()]
 
 
+def _bar_verdict(files: list[Path], host: str) -> str:
+    """'; <bar>: <verdict>' for the first judged library bar of the host's default result."""
+    bars = _collect(files, "bars")
+    if bars.empty:
+        return ""
+    b = bars[(bars["host"] == host) & (bars["variant"] == "default")
+             & (bars["verdict"] != "not_applicable") & bars["bar"].str.startswith("library")]
+    if b.empty:
+        return ""
+    r = b.iloc[0]
+    return f" ({r['bar']}: {r['ratio']:.0%}, {r['verdict']})"
+
+
 def headlines(files: list[Path]) -> list[str]:
     out = []
     lib = _collect(files, "library")
@@ -202,10 +215,10 @@ def headlines(files: list[Path]) -> list[str]:
                 continue
             if r["world_size"] > 1:
                 out.append(f"Library all-reduce: {r['busbw_GBps']:.4g} GB/s busbw at "
-                           f"{r['bytes'] / 2**20:.4g} MiB on {host}.")
-            else:
-                out.append(f"Library all-reduce on {host}: world size 1 (no communication), "
-                           f"algbw {r['algbw_GBps']:.4g} GB/s at {r['bytes'] / 2**20:.4g} MiB.")
+                           f"{r['bytes'] / 2**20:.4g} MiB on {host}{_bar_verdict(files, host)}.")
+            else:  # one rank communicates nothing: no bandwidth is claimed (issue 24)
+                out.append(f"Library all-reduce on {host}: not applicable (world size 1, no "
+                           "communication with one rank).")
     algs = _collect(files, "allreduce_algorithms")
     if not algs.empty:
         for host in algs["host"].unique():

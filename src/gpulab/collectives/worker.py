@@ -43,7 +43,19 @@ def run_rank(ctx: launch.WorkerContext, payload: dict) -> dict:
         torch.cuda.empty_cache()
     name = torch.cuda.get_device_name(ctx.device) if ctx.is_cuda else "cpu"
     return {"rank": rank, "world_size": n, "backend": ctx.backend, "device": str(ctx.device),
-            "device_name": name, "rows": rows}
+            "device_name": name, "bus_id": _bus_id(ctx.device) if ctx.is_cuda else "",
+            "rows": rows}
+
+
+def _bus_id(device) -> str:
+    """This rank's GPU's PCI bus id (for NVML's link table in the parent), '' when unknown."""
+    import torch
+
+    try:
+        p = torch.cuda.get_device_properties(device)
+        return f"{p.pci_domain_id:08X}:{p.pci_bus_id:02X}:{p.pci_device_id:02X}.0"
+    except (AttributeError, RuntimeError):
+        return ""
 
 
 if __name__ == "__main__":

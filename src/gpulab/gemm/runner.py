@@ -8,7 +8,7 @@ import os
 import pandas as pd
 import torch
 
-from gpulab import launch, outcomes
+from gpulab import launch, outcomes, plausible
 from gpulab.gemm import numerics, scaling, single
 from gpulab.outcomes import Check, NotApplicable
 from gpulab.stage import StageContext
@@ -148,7 +148,9 @@ def run(ctx: StageContext):
         single.error_check(r, f"{r['algorithm']} P={r['P']} {r['transport']}") for r in multi_rows
     ] + checks
     scal = scaling.table(single_df, multi_df, ranks, world)
-    bars += scaling.bars(scal, kind, world)
+    bars, physical = plausible.guard_all(bars)  # every peak bar is against the dense peak
+    checks += physical + single.plausibility_checks(single_rows, multi_rows, devices[0].name)
+    bars += scaling.bars(scal, kind, world, ranks)
     for name, df in (("single", single_df), ("multi", multi_df), ("scaling", scal)):
         result.add_table(name, df, outcomes.units_for(df, EXTRA_UNITS))
     result.add_table("bars", outcomes.bars_frame(bars))

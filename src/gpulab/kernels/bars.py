@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from gpulab import limits
+from gpulab import limits, plausible
 from gpulab.outcomes import Bar, Check, NotApplicable
 
 COPY_SOURCE = "torch copy_ of the same size on the same device, same run (the roofline)"
@@ -75,6 +75,24 @@ def divide_bars(kind: str, name: str, div: pd.DataFrame) -> list[Bar]:
             out.append(Bar.measure(bar, measured, lim.value, source=lim.source, threshold=HBM_THRESHOLD,
                                    unit="GB/s", note=f"{what} at {int(big['size_bytes'].iloc[0])} B; {RW}"))
     return out
+
+
+def physical_checks(kind: str, name: str, div: pd.DataFrame, bars: list[Bar]
+                    ) -> tuple[list[Bar], list[Check]]:
+    """Every divide/copy row (read+write GB/s, not L2-resident) against the datasheet memory
+    bandwidth, and the datasheet bars guarded (issue 24): above 1.05 x the limit fails."""
+    if kind != "cuda":
+        return bars, []
+    datasheet = [b for b in bars if "datasheet" in b.bar]
+    guarded, checks = plausible.guard_all(datasheet)
+    swap = {id(b): g for b, g in zip(datasheet, guarded)}
+    rows = div
+    if "cache_resident" in rows.columns:
+        rows = rows[~rows["cache_resident"].fillna(False).astype(bool)]
+    lim = limits.memory_bandwidth(name)
+    checks += plausible.row_checks(rows, "gbps", lambda r: lim, lambda r: (
+        f"divide {r['variant']}, {int(r['size_bytes'])} B (read+write)"), "GB/s")
+    return [swap.get(id(b), b) for b in bars], checks
 
 
 def _mode(df: pd.DataFrame, **kw):

@@ -88,8 +88,10 @@ class NumpyBackend:
         """Permutation grouping small integer labels (stable radix sort on uint8 in numpy)."""
         return np.argsort(arr, kind="stable")
 
-    def time_device(self, fn: Callable[[], object], d: int, warmup: int, repeats: int):
-        return timing.measure(fn, warmup=warmup, repeats=repeats)
+    def time_device(self, fn: Callable[[], object], d: int, warmup: int, repeats: int,
+                    batch: int = 1):
+        """Per-call times of fn, ``batch`` back-to-back calls per sample (see timing.measure)."""
+        return timing.measure(fn, warmup=warmup, repeats=repeats, batch=batch)
 
     def free(self) -> None:
         """Give cached device memory back (between large cases)."""
@@ -195,8 +197,9 @@ class CupyBackend(NumpyBackend):
         with self.on(d):
             return self.cp.argsort(arr)  # radix sort over the 8 bits of a uint8 label
 
-    def time_device(self, fn, d: int, warmup: int, repeats: int):
-        """CUDA events on device d's current stream around fn (which must queue its work there)."""
+    def time_device(self, fn, d: int, warmup: int, repeats: int, batch: int = 1):
+        """CUDA events on device d's current stream around ``batch`` back-to-back calls of fn
+        (which must queue its work there); each sample is the per-call time, elapsed / batch."""
         cp = self.cp
         with self.on(d):
             for _ in range(warmup):
@@ -206,10 +209,11 @@ class CupyBackend(NumpyBackend):
             for _ in range(repeats):
                 start, end = cp.cuda.Event(), cp.cuda.Event()
                 start.record()
-                fn()
+                for _ in range(batch):
+                    fn()
                 end.record()
                 end.synchronize()
-                samples.append(cp.cuda.get_elapsed_time(start, end) / 1e3)
+                samples.append(cp.cuda.get_elapsed_time(start, end) / 1e3 / batch)
         return timing.summarize(samples)
 
     def free(self) -> None:

@@ -87,7 +87,7 @@ def run(ctx: StageContext):
             _add(res, "ddp_ranks", [r for rk in ranks for r in rk["rows"]])
             _add(res, "lr_scaling", ranks[0]["curves"])
             checks += [Check(**c) for c in ranks[0]["checks"]]
-            bars += tables.ddp_bars(agg, kind, n)
+            bars += tables.ddp_bars(agg, kind, n, cfg["models"][0])
         else:
             bars += _model_parallel(ctx, res, cfg, kind, n, checks)
     except launch.LaunchError as exc:

@@ -230,10 +230,17 @@ def headlines(files: list[Path]) -> list[str]:
         agg = results.read_table(f, "ddp")
         w = agg[(agg["sweep"] == "weak") & (agg["devices"] == agg["devices"].max())]
         if len(w) and w["devices"].max() > 1:
-            r = w.loc[w["samples_per_s"].idxmax()]
+            # The fixed configuration the bar judges (the first model, the largest batch), never
+            # the fastest of several (issue 24), with the bar's verdict.
+            w = w[w["model"] == w["model"].iloc[0]]
+            r = w[w["global_batch"] == w["global_batch"].max()].iloc[0]
+            bars = results.read_table(f, "bars") if "bars" in results.list_contents(f)["tables"] \
+                else None
+            weak = bars[bars["bar"].str.startswith("DDP weak")] if bars is not None else []
+            verdict = f" ({weak['verdict'].iloc[0]})" if len(weak) else ""
             out.append(f"DDP ({r['model']}) on {int(r['devices'])} devices of {_label(a)}: "
                        f"{r['samples_per_s']:,.0f} samples/s, weak-scaling efficiency "
-                       f"{r['efficiency']:.2f}.")
+                       f"{r['efficiency']:.2f}{verdict}.")
         chk = results.read_table(f, "checks")
         eq = chk[chk["check"].str.startswith("ddp(")]
         if len(eq):

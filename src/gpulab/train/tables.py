@@ -73,8 +73,13 @@ DDP_SOURCES = {
 }
 
 
-def ddp_bars(agg: pd.DataFrame, kind: str, n: int) -> list[Bar]:
-    """Throughput speed-up on n devices against one device; ratio = efficiency = speed-up / n."""
+def ddp_bars(agg: pd.DataFrame, kind: str, n: int, model: str | None = None) -> list[Bar]:
+    """Throughput speed-up on n devices against one device; ratio = efficiency = speed-up / n.
+
+    One fixed, named configuration per sweep (issue 24: the bar used to take the most efficient of
+    every model and batch, so noise in one of them read as a pass): ``model`` (the first
+    configured; default: the first in the table) at the largest global batch of the sweep.
+    """
     out, why = [], multi_gpu_reason(kind, n)
     for sweep, thr in (("weak", 0.8), ("strong", 0.6)):
         name = f"DDP {sweep}-scaling speed-up on {n} devices vs one device"
@@ -83,20 +88,28 @@ def ddp_bars(agg: pd.DataFrame, kind: str, n: int) -> list[Bar]:
             out.append(Bar.not_applicable(name, why or "no configuration ran at this count",
                                           unit="x", threshold=thr))
             continue
-        best = sel.loc[sel["efficiency"].idxmax()]
-        out.append(Bar.measure(name, float(best["speedup"]), n, source=DDP_SOURCES[sweep],
+        fixed = model if model in set(sel["model"]) else sel["model"].iloc[0]
+        sel = sel[sel["model"] == fixed]
+        r = sel[sel["global_batch"] == sel["global_batch"].max()].iloc[0]
+        out.append(Bar.measure(name, float(r["speedup"]), n, source=DDP_SOURCES[sweep],
                                threshold=thr, unit="x",
-                               note=f"throughput (samples/s) ratio; best of models/batches "
-                                    f"({best['model']}, global batch {int(best['global_batch'])})"))
+                               note=f"throughput (samples/s) ratio; fixed configuration: "
+                                    f"{r['model']}, global batch {int(r['global_batch'])} (the "
+                                    f"first model, the largest batch)"))
     return out
 
 
 def _bubble_bar(name: str, measured: float, formula: float, tol: float, note: str) -> Bar:
-    """|measured - formula| <= tol: an absolute bound, so the verdict is set here."""
-    diff = abs(measured - formula)
-    return Bar(name, float(measured), float(formula), "GPipe formula (p-1)/(m+p-1)", tol, "1",
-               Verdict.of(diff <= tol).value, measured / formula if formula else float("nan"),
-               "<=", note)
+    """|measured - formula| <= tol: an absolute bound, so the verdict is set here.
+
+    The row stores what it judges (issue 24: it stored measured / formula, so a passing row read
+    "ratio 1.1 <= 0.10"): measured and ratio are the difference |measured - formula|, reference
+    the formula; the measured bubble is in the note."""
+    diff = abs(float(measured) - float(formula))
+    return Bar(name, diff, float(formula), "GPipe formula (p-1)/(m+p-1)", tol, "1",
+               Verdict.of(diff <= tol).value, diff, "<=",
+               f"measured bubble {float(measured):.3g}, formula {float(formula):.3g}, "
+               f"|difference| {diff:.3g}" + (f"; {note}" if note else ""))
 
 
 def pipeline_tables(rows: list[dict], cfg: dict, kind: str, p: int):

@@ -79,20 +79,28 @@ def _gpu(result, cfg: dict, n: int) -> tuple[int, list, list]:
     _add(result, "malloc", pd.concat([dis["malloc"], ena.get("malloc")], ignore_index=True), malloc.UNITS)
     _add(result, "host_device", hst["host_device"])
     _add(result, "host_device_threads", hst["host_device_threads"])
+    _add(result, "host_device_links", hst.get("host_device_links"))
     names, links = dis["gpu_names"], hst["links"]
     _add(result, "links", pd.DataFrame([
         {"gpu": i, **{k: v for k, v in ln.items() if k != "nvlinks_to"},
          "nvlinks_to": ",".join(f"GPU{j}:{c}" for j, c in sorted(ln.get("nvlinks_to", {}).items()))}
         for i, ln in enumerate(links)]), {"pcie_gen_now": "PCIe generation", "pcie_gen_max": "PCIe generation",
                                           "pcie_width_now": "lanes", "pcie_width_max": "lanes",
-                                          "nvlinks": "links", "nvlinks_switch": "links"})
-    bar_rows = bars.gpu_bars(p2p_rows, names, links, hst["h2d_bar"], hst["host_device"])
+                                          "nvlinks": "links", "nvlinks_switch": "links",
+                                          "nvlinks_unknown": "links"})
+    bar_rows = bars.gpu_bars(p2p_rows, names, links, hst["h2d_bar"], hst["host_device"],
+                             hst.get("host_device_links"))
     tables = {"p2p": p2p_rows, "p2p_sweep": result.tables.get("p2p_sweep"),
               "torch_d2d": ena["torch_d2d"], "hybrid": ena.get("hybrid"),
-              "host_device": hst["host_device"], "host_device_threads": hst["host_device_threads"]}
+              "host_device": hst["host_device"], "host_device_threads": hst["host_device_threads"],
+              "host_device_links": hst.get("host_device_links")}
     check_rows = (bars.harness_checks(p2p_rows, ena["torch_d2d"], hst["h2d_bar"])
                   + bars.spread_checks(p2p_rows, hst["h2d_bar"])
                   + bars.spin_checks(tables) + bars.copy_checks(tables)
+                  + bars.plausibility_checks(pd.concat([p2p_rows, result.tables.get(
+                      "p2p_sweep", pd.DataFrame())], ignore_index=True), names, links, [
+                      hst["host_device"], hst.get("host_device_links"),
+                      pd.DataFrame([hst["h2d_bar"]["mine"]])])
                   + [bars.isolation_check(n, dis["isolation_pairs"], dis["isolation_ok"],
                                           dis["isolation_check"])])
     peer_pairs = int(np.sum(np.array(dis["connectivity"])) - n)

@@ -5,8 +5,9 @@ Bars (a measurement against a limit that comes from elsewhere, :class:`gpulab.ou
 - same-device copy as a fraction of the datasheet memory (HBM) bandwidth. Byte counting: the copy
   reads N bytes and writes N bytes, so its GB/s counts read+write (2N per copy), which is the
   traffic the datasheet's memory bandwidth counts too; like is compared with like;
-- pinned H2D and D2H as a fraction of the PCIe limit of the generation and width the link can train
-  to (per direction, after line encoding; :func:`gpulab.limits.pcie_bandwidth`);
+- pinned H2D and D2H of every GPU as a fraction of the PCIe limit of the generation and width its
+  link can train to (per direction, after line encoding; :func:`gpulab.limits.pcie_bandwidth`);
+  copies of at most ISSUE_BOUND_BYTES time the host's issue rate, not the link, and judge nothing;
 - P2P bandwidth per ordered pair (P2P=Enabled, copy engine, one direction, bytes once) as a fraction
   of the NVLink limit if the pair is NVLink-connected (datasheet per-GPU NVLink bandwidth x the
   share of the GPU's links that reach the peer), else of the PCIe limit of the slower GPU's link.
@@ -21,8 +22,9 @@ from __future__ import annotations
 import pandas as pd
 
 from gpulab import devices as devmod
-from gpulab import limits
+from gpulab import limits, plausible
 from gpulab.outcomes import Bar, Check, NotApplicable
+from gpulab.transfer.measure import ISSUE_BOUND, ISSUE_BOUND_BYTES
 
 # Fractions of the physical limit a healthy system reaches (an H200 SXM measured 0.83 of HBM for a
 # copy and 0.88 of PCIe Gen5 x16 for pinned H2D; NVLink P2P copies reach 0.8-0.9 of the link).
@@ -97,12 +99,32 @@ def pcie_bars(h2d: dict, host_device: pd.DataFrame, link: dict, device: int = 0)
             out.append(Bar.not_applicable(bar, lim.reason, unit="GB/s"))
         elif row is None:
             out.append(Bar.not_applicable(bar, f"no pinned {what} copy was measured", unit="GB/s"))
+        elif int(row["bytes"]) <= ISSUE_BOUND_BYTES:
+            out.append(Bar.not_applicable(bar, f"{ISSUE_BOUND} ({int(row['bytes'])} B per copy); "
+                                               "raise transfer.host_sizes", unit="GB/s",
+                                          measured=row["value_median"]))
         else:
             note = "; ".join(x for x in (f"bytes counted once; {int(row['bytes'])} B x "
                                          f"{int(row['copies'])} copies, cudaMemcpyAsync",
                                          _link_note(link)) if x)
             out.append(Bar.measure(bar, row["value_median"], lim.value, source=lim.source,
                                    threshold=PCIE_THRESHOLD, unit="GB/s", note=note))
+    return out
+
+
+def link_bars(h2d: dict, host_device: pd.DataFrame, per_gpu: pd.DataFrame | None,
+              links: list[dict]) -> list[Bar]:
+    """Pinned H2D and D2H bars of every GPU's link: GPU0 from the harness-check copy and the size
+    sweep, every other GPU from its own pinned copies at the bar size (``per_gpu``, column
+    ``device``), each against its own link (a degraded link on any GPU fails, issue 24)."""
+    out = pcie_bars(h2d, host_device, links[0] if links else {}, 0)
+    if per_gpu is None or not len(per_gpu):
+        return out
+    for d in sorted(int(x) for x in set(per_gpu["device"]) if int(x) != 0):
+        rows = per_gpu[per_gpu["device"] == d]
+        h2d_rows = rows[rows["direction"] == "H2D"].sort_values("bytes")
+        mine = h2d_rows.iloc[-1].to_dict() if len(h2d_rows) else None
+        out += pcie_bars({"mine": mine}, rows, links[d] if d < len(links) else {}, d)
     return out
 
 
@@ -137,8 +159,16 @@ def p2p_bars(p2p_rows: pd.DataFrame, names: list[str], links: list[dict]) -> lis
         i, j = int(m.src), int(m.dst)
         bar = f"P2P GPU{i}->GPU{j} vs link limit"
         if not bool(getattr(m, "peer_access", True)):
-            out.append(Bar.not_applicable(bar, "no peer access between these GPUs (copies staged "
-                                               "through the host)", unit="GB/s"))
+            share = devmod.nvlink_share(links, i, j) if links else None
+            if share:  # NVML sees an NVLink path, CUDA refuses peer access: a broken setup
+                out.append(Bar(bar, float(m.value_median), float("nan"), "NVML NVLink topology",
+                               P2P_THRESHOLD, "GB/s", "fail", float("nan"), ">=",
+                               "NVML reports NVLink between these GPUs but CUDA gives no peer access "
+                               "(copies staged through the host): driver, fabric manager or "
+                               "virtualisation setup"))
+            else:
+                out.append(Bar.not_applicable(bar, "no peer access between these GPUs (copies "
+                                                   "staged through the host)", unit="GB/s"))
             continue
         lim, kind = p2p_limit(names, links, i, j)
         if not lim.known:
@@ -152,9 +182,45 @@ def p2p_bars(p2p_rows: pd.DataFrame, names: list[str], links: list[dict]) -> lis
 
 
 def gpu_bars(p2p_rows: pd.DataFrame, names: list[str], links: list[dict], h2d: dict,
-             host_device: pd.DataFrame) -> list[Bar]:
-    return (hbm_bars(p2p_rows, names) + pcie_bars(h2d, host_device, links[0] if links else {})
-            + p2p_bars(p2p_rows, names, links))
+             host_device: pd.DataFrame, per_gpu: pd.DataFrame | None = None) -> list[Bar]:
+    """Every bar is against a physical limit, so each one is also guarded by
+    :func:`gpulab.plausible.guard_all` (see :func:`plausibility_checks`)."""
+    out = (hbm_bars(p2p_rows, names) + link_bars(h2d, host_device, per_gpu, links)
+           + p2p_bars(p2p_rows, names, links))
+    return plausible.guard_all(out)[0]
+
+
+def plausibility_checks(p2p_rows: pd.DataFrame, names: list[str], links: list[dict],
+                        host_tables: list[pd.DataFrame]) -> list[Check]:
+    """Every one-direction bandwidth row against its physical limit (issue 24): same-device copies
+    (read+write) vs the datasheet memory bandwidth, GPU pairs vs their link, host <-> device rows
+    vs their GPU's PCIe link. Bidirectional rows (a sum of two directions) and latencies are not
+    compared; rows without a known limit give no check."""
+    uni = p2p_rows[(p2p_rows.test == "uni") & (p2p_rows.unit == "GB/s")] if len(p2p_rows) else p2p_rows
+    if "cache_resident" in uni.columns:  # L2-resident copies measure the cache, not memory
+        uni = uni[~uni["cache_resident"].fillna(False).astype(bool)]
+
+    def pair_limit(r):
+        i, j = int(r["src"]), int(r["dst"])
+        if i == j:
+            return limits.memory_bandwidth(names[i] if i < len(names) else None)
+        if r.get("p2p") == "disabled" or not bool(r.get("peer_access", True)):
+            a = pcie_limit(links[i]) if i < len(links) else limits.Limit(None, "GB/s", "", "")
+            b = pcie_limit(links[j]) if j < len(links) else a
+            return a if (a.known and b.known and a.value <= b.value) or not b.known else b
+        return p2p_limit(names, links, i, j)[0]
+
+    out = plausible.row_checks(uni, "value_median", pair_limit, lambda r: (
+        f"p2p {r['p2p']} {r['mechanism']} GPU{int(r['src'])}->GPU{int(r['dst'])} "
+        f"{int(r['bytes'])} B"), "GB/s")
+    for df in host_tables:
+        if df is None or not len(df) or "device" not in df.columns:
+            continue
+        out += plausible.row_checks(df, "value_median", lambda r: pcie_limit(
+            links[int(r["device"])] if int(r["device"]) < len(links) else {}), lambda r: (
+            f"host<->device GPU{int(r['device'])} {r['direction']} {r['memory']} {r['call']} "
+            f"{int(r['bytes'])} B"), "GB/s")
+    return out
 
 
 GPU_BARS = ["same-device copy vs datasheet memory bandwidth", "pinned H2D vs PCIe limit",

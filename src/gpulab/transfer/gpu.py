@@ -110,6 +110,11 @@ def host_phase(cfg: dict) -> dict:
         try:  # ours at exactly the reference's size and copy count, in the same process
             mine = hostdev.measure_one(kits[0], hb, "H2D", "pinned", "async", bar_n, c, int(cfg["warmup"]),
                                 int(cfg["repeats"]), scratch)
+            # Every other GPU's own link, at the same size: a degraded link on GPU3 must show.
+            per_gpu = pd.DataFrame([
+                hostdev.measure_one(k, hb, direction, "pinned", "async", bar_n, c,
+                                    int(cfg["warmup"]), int(cfg["repeats"]), scratch)
+                for k in kits[1:] for direction in ("H2D", "D2H")])
             # Read the links right after the copies: an idle PCIe link trains down to save power.
             links = devices.link_info([k.bus_id for k in kits])
         finally:
@@ -119,4 +124,4 @@ def host_phase(cfg: dict) -> dict:
         for k in kits:
             k.free()
     return {"host_device": sweep, "host_device_threads": thr, "h2d_bar": {"mine": mine, "torch": ref},
-            "links": links}
+            "host_device_links": per_gpu, "links": links}

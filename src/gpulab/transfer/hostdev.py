@@ -16,7 +16,7 @@ import pandas as pd
 
 from gpulab import timing
 from gpulab.transfer import cudart as cr
-from gpulab.transfer.measure import bandwidth_row, bytes_moved, copies_for, random_bytes
+from gpulab.transfer.measure import bandwidth_row, bound_by, bytes_moved, copies_for, random_bytes
 
 
 class HostBuffers:
@@ -74,7 +74,8 @@ def measure_one(kit: cr.DeviceKit, hb: HostBuffers, direction: str, memory: str,
         ok = bool(np.array_equal(hdst_arr[:n], kit.src_host[:n]))
     return bandwidth_row(samples, bytes_moved(n, copies, same_device=False), direction=direction,
                          memory=memory, call=call, device=kit.index, bytes=n, copies=copies,
-                         verified=ok, clock="cuda events" if call == "async" else "host perf_counter")
+                         verified=ok, clock="cuda events" if call == "async" else "host perf_counter",
+                         bound_by=bound_by(n))
 
 
 def sweep(kit: cr.DeviceKit, cfg: dict) -> pd.DataFrame:

@@ -27,6 +27,16 @@ CONVENTIONS = (
 # out and small-size figures drop by about 2x. 256 stays well below on every GPU we know of.
 MAX_QUEUED = 256
 MAX_COPIES = MAX_QUEUED  # cap on back-to-back copies per sample in size sweeps (small sizes)
+# Host <-> device copies this small are over before the host has issued the next one: a sample of
+# them times how fast the host issues cudaMemcpyAsync calls, not the PCIe link (issue 24). Their
+# rows say so (column ``bound_by``) and they judge no link.
+ISSUE_BOUND_BYTES = 64 << 10
+ISSUE_BOUND = "issue-rate bound, not link bound"
+
+
+def bound_by(nbytes: int) -> str:
+    """What a host <-> device row of ``nbytes`` per copy measures: the issue rate or the link."""
+    return ISSUE_BOUND if int(nbytes) <= ISSUE_BOUND_BYTES else "link"
 
 
 def copies_for(size: int, minimum: int, target_bytes: int) -> int:
