@@ -15,9 +15,8 @@ REPORT_NO_PDF = (
 )
 if not REPORT_CHROMIUM and config["report"]["pdf"]:
     logger.warning(REPORT_NO_PDF)
-# The report's code: its package, and the section modules stages keep in their own packages.
-REPORT_CODE = sorted(set(stage_code("report")) | {
-    str(f) for f in map(section_file, gpulab_stages.STAGES.values()) if f.exists()})
+# The report's code: its package, every stage's section, and all they import and read.
+REPORT_CODE = report_code()
 
 
 rule report:

@@ -1,0 +1,382 @@
+"""What the Snakemake workflow computes at parse time, as plain functions of config and host facts.
+
+The ``.smk`` files hold rules and one-line calls into this module, so everything here is tested
+without Snakemake (tests/test_workflow_module.py). Three parts:
+
+- **code inputs**: the files a job's code is made of, found by static import analysis of the
+  ``gpulab`` package (``ast``, lazy imports inside functions included) plus the package data files
+  the imported modules read (``limits.yaml``, schemas, reference tables). Editing any of them
+  reruns exactly the jobs whose code reaches it, and their report;
+- **resources**: GPU counts, host sharing (``host_quiet``), SLURM shapes, fleet node results;
+- **parse-time side effects** (environment of every job, stale locks, resource registration),
+  all in :func:`parse_time_setup`.
+
+No stage is named here: stages come from the registry (:mod:`gpulab.stages`).
+"""
+from __future__ import annotations
+
+import ast
+import functools
+import json
+import os
+from pathlib import Path
+from typing import Callable, Iterable, Mapping
+
+from gpulab import stages as registry
+
+PACKAGE = "gpulab"
+# Files of the package that are not code a job reads.
+_NOT_DATA = {"README.md"}
+
+
+class WorkflowConfigError(ValueError):
+    """A config that cannot run on this host (the Snakefile turns it into a WorkflowError)."""
+
+
+# --- code inputs ---------------------------------------------------------------------------------
+
+def module_file(module: str, src: Path) -> Path | None:
+    """The source file of ``module`` (dotted, under ``src``): ``a/b.py`` or ``a/b/__init__.py``."""
+    return _module_file(module, Path(src).resolve())
+
+
+@functools.lru_cache(maxsize=None)
+def _module_file(module: str, src: Path) -> Path | None:
+    base = Path(src, *module.split("."))
+    for f in (base.with_suffix(".py"), base / "__init__.py"):
+        if f.is_file():
+            return f
+    return None
+
+
+def module_name(path: Path, src: Path) -> str:
+    rel = Path(path).resolve().relative_to(Path(src).resolve()).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def _parents(module: str) -> list[str]:
+    """``gpulab.a.b`` -> [``gpulab``, ``gpulab.a``]: importing a module runs its packages first."""
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _absolute(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    if not node.level:
+        return node.module or ""
+    base = module.split(".")
+    if not is_package:
+        base = base[:-1]
+    base = base[:len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _facts_of(path: Path, src: Path) -> tuple[frozenset, frozenset]:
+    path = Path(path).resolve()
+    return _facts(path, Path(src).resolve(), path.stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=None)
+def _facts(path: Path, src: Path, mtime_ns: int) -> tuple[frozenset, frozenset]:
+    """(``gpulab`` modules imported, string constants outside docstrings) of one file, from one
+    walk of its syntax tree (parsing every module again per stage made parsing the workflow slow)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    module = module_name(path, src) if _under(path, src) else ""
+    is_package = path.name == "__init__.py"
+    docs, strings, found = set(), set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            body = node.body
+            # Docstrings cite files rather than read them.
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                docs.add(id(body[0].value))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            strings.add((id(node), node.value))
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            pkg = _absolute(node, module, is_package)
+            found.update([pkg] + [f"{pkg}.{a.name}" for a in node.names if a.name != "*"])
+    mods = frozenset(n for n in found if (n == PACKAGE or n.startswith(PACKAGE + "."))
+                     and module_file(n, src) is not None)
+    return mods, frozenset(v for i, v in strings if i not in docs)
+
+
+def imports_of(path: Path, src: Path) -> set[str]:
+    """The ``gpulab`` modules that the file at ``path`` imports, anywhere in it (a lazy import
+    inside a function is still code the job runs). ``from pkg import name`` counts ``pkg.name``
+    where that is a module, else ``pkg``."""
+    return set(_facts_of(path, src)[0])
+
+
+def _under(path: Path, root: Path) -> bool:
+    try:
+        Path(path).resolve().relative_to(Path(root).resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def _strings(path: Path, src: Path) -> frozenset:
+    return _facts_of(path, src)[1]
+
+
+@functools.lru_cache(maxsize=None)
+def _package_data(src: Path) -> tuple[Path, ...]:
+    root = Path(src, PACKAGE)
+    return tuple(sorted(p.resolve() for p in root.rglob("*") if p.is_file()
+                        and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts
+                        and p.name not in _NOT_DATA))
+
+
+def package_data(src: Path) -> list[Path]:
+    """Every data file shipped inside the package (not Python, not caches, not READMEs)."""
+    return list(_package_data(Path(src).resolve()))
+
+
+def _stage_dir(path: Path, src: Path) -> str | None:
+    """The stage package a file lies in (its first folder under gpulab/ when that is a stage)."""
+    parts = Path(path).resolve().relative_to(Path(src, PACKAGE).resolve()).parts
+    return parts[0] if len(parts) > 1 and parts[0] in registry.STAGES else None
+
+
+def data_read_by(path: Path, src: Path, data: Iterable[Path]) -> set[Path]:
+    """The package data files a module names in its code: a string constant that is the file's name,
+    a path ending in it, or a suffix its name ends with (``.schema.yaml``; a bare extension such as
+    ``.yaml`` names no file), for a file in the module's folder or below. Another stage's files are
+    that stage's own: a registry module that builds ``<stage>/schema.yaml`` from a stage name does
+    not make every stage read every schema."""
+    path, src = Path(path).resolve(), Path(src).resolve()
+    here, own_stage = path.parent, _stage_dir(path, src)
+    strings = [s for s in _strings(path, src) if "." in s and 4 <= len(s) <= 200 and "\n" not in s]
+    out = set()
+    for f in data:
+        f = Path(f).resolve()
+        if not f.is_relative_to(here) or _stage_dir(f, src) not in (None, own_stage):
+            continue
+        if any(s == f.name or s.endswith("/" + f.name)
+               or (s.startswith(".") and s.count(".") > 1 and f.name.endswith(s)) for s in strings):
+            out.add(f)
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _package_data_read_by(path: Path, src: Path, mtime_ns: int) -> frozenset:
+    return frozenset(data_read_by(path, src, _package_data(src)))
+
+
+def code_closure(roots: Iterable[Path], src: Path) -> list[Path]:
+    """``roots`` (files) and every ``gpulab`` module and package data file they reach."""
+    src = Path(src)
+    seen: set[Path] = set()
+    todo = [Path(r).resolve() for r in roots]
+    files: set[Path] = set()
+    while todo:
+        f = todo.pop()
+        if f in seen:
+            continue
+        seen.add(f)
+        files.add(f)
+        if f.suffix != ".py":
+            continue
+        names = imports_of(f, src)
+        if _under(f, src):
+            names |= set(_parents(module_name(f, src)))
+        for name in names:
+            for m in [name, *_parents(name)]:
+                mf = module_file(m, src)
+                if mf is not None and mf.resolve() not in seen:
+                    todo.append(mf.resolve())
+        files |= _package_data_read_by(f, src.resolve(), f.stat().st_mtime_ns) if _under(f, src) else set()
+    return sorted(files)
+
+
+def _rel(paths: Iterable[Path], base: Path) -> list[str]:
+    base_abs = Path(base).resolve()
+    return [os.path.join(base, os.path.relpath(p, base_abs)) for p in paths]
+
+
+def section_file(spec: registry.StageSpec, base: Path) -> Path:
+    return Path(base, "src", *spec.section_module().split(".")).with_suffix(".py")
+
+
+def stage_code(stage: str, base: Path) -> list[str]:
+    """Code inputs of a stage's jobs: its script (else the generic entry point), every module of its
+    package but its report section, and all they import and read, within ``gpulab``."""
+    base = Path(base)
+    src = base / "src"
+    spec = registry.STAGES.get(stage)
+    script = base / "scripts" / f"{stage}.py"
+    roots = [script] if script.is_file() else [module_file(f"{PACKAGE}.stage", src)]
+    pkg = src / PACKAGE / stage
+    own = sorted(pkg.rglob("*.py")) if pkg.is_dir() else [pkg.with_suffix(".py")]
+    section = section_file(spec, base).resolve() if spec else None
+    roots += [p for p in own if p.is_file() and p.resolve() != section]
+    if pkg.is_dir():
+        roots += [p for p in package_data(src) if _under(p, pkg)]
+    return _rel(code_closure(roots, src), base)
+
+
+def report_code(base: Path, stages: Iterable[str] | None = None, entry: str = "report") -> list[str]:
+    """Code inputs of a report rule: its script, the report package, the report sections of
+    ``stages`` (default: every stage; one stage for a rule rendering that stage's chapter), and all
+    they import and read (sections are imported by name at run time, so they are roots here)."""
+    base = Path(base)
+    src = base / "src"
+    names = registry.ORDER if stages is None else list(stages)
+    roots = [base / "scripts" / f"{entry}.py", *sorted((src / PACKAGE / "report").rglob("*.py"))]
+    roots += [section_file(registry.get(s), base) for s in names]
+    return _rel(code_closure([r for r in roots if r.is_file()], src), base)
+
+
+# --- resources -----------------------------------------------------------------------------------
+
+# Host sharing (config quiet_host): every timing job and every CPU-heavy job holds all of
+# `host_quiet`, so no two of them ever run together on one host. The independent kernel jobs are
+# one measurement meant to overlap: each holds an equal share, so they run together and nothing
+# else beside them.
+HOST_QUIET_UNITS = 1000
+
+
+def host_quiet(spec: registry.StageSpec, quiet_host: bool, share: int = 1) -> int:
+    """`host_quiet` units a job of ``spec`` holds: all for timing and CPU-heavy jobs (1/``share``
+    of them for ``share`` jobs that run together by design), none for the rest or with
+    ``quiet_host: false``."""
+    if not quiet_host or not (spec.cpu_heavy or spec.timing_sensitive):
+        return 0
+    if share < 1:
+        raise ValueError(f"host_quiet share must be >= 1, got {share}")
+    return max(1, HOST_QUIET_UNITS // share)
+
+
+def host_gpus(config: Mapping, pool: list[str]) -> int:
+    """GPUs this host gives to jobs: config devices.gpus (cluster submit hosts), else the pool."""
+    dev = config["devices"]
+    if dev["backend"] == "cpu":
+        return 0
+    n = len(pool) if dev.get("gpus") is None else int(dev["gpus"])
+    if dev["backend"] == "cuda" and n == 0:
+        raise WorkflowConfigError("config devices.backend is 'cuda' but this host has no NVIDIA GPU")
+    return n
+
+
+def resource_value(value):
+    """A global resource's number (Snakemake may wrap it)."""
+    return getattr(value, "value", value)
+
+
+def gpus_for(spec: registry.StageSpec, config: Mapping, host_gpus: int, cap=None) -> int:
+    """Concrete GPU count a stage's jobs ask for, checked against the host and the `gpu` cap."""
+    if spec.gpus == "none" or host_gpus == 0:
+        return 0
+    want = config[spec.name].get("gpus", "all")
+    if want == "all":
+        want = host_gpus
+    if want > host_gpus:
+        raise WorkflowConfigError(
+            f"config {spec.name}.gpus asks for {want} GPU(s) but this host has {host_gpus}")
+    cap = resource_value(cap)
+    if isinstance(cap, int) and want > cap:
+        raise WorkflowConfigError(
+            f"config {spec.name}.gpus asks for {want} GPU(s) but --resources gpu={cap}; "
+            "Snakemake would silently run it with fewer. Lower the stage's gpus or raise the cap.")
+    return want
+
+
+def stage_threads(spec: registry.StageSpec, gpus: int, cpu_devices: int) -> int:
+    # Every rank is a busy process: on CPU a multi-process job takes as many cores as it has ranks.
+    return (gpus or cpu_devices) if spec.multiprocess else 1
+
+
+def slurm_resources(gpus: int, nnodes: int) -> dict:
+    """Resources of a multi-process stage's job: `gpu` as everywhere, and for N > 1 nodes ONE SLURM
+    job of N nodes (see common.smk `slurm_resources` for the plugin details)."""
+    if nnodes <= 1:
+        return {"gpu": gpus}
+    res = {"gpu": 0, "nodes": nnodes, "tasks": nnodes, "mpi": "srun", "tasks_per_gpu": 0}
+    if gpus:
+        res["gres"] = f"gpu:{gpus}"
+    return res
+
+
+def health_variant(spec: registry.StageSpec) -> str:
+    """The job a health check runs of a stage: its own hook where the registry gives one, else the
+    default job of a stage with variants, else its one job."""
+    own = getattr(spec, "health_variant", None)
+    if isinstance(own, str) and own:
+        return own
+    return "default" if spec.has_variants else "main"
+
+
+def node_results(node: str, stages: Iterable[str]) -> dict[str, str]:
+    """Health results of one node, where the per-stage rules would put them for that host."""
+    out = {}
+    for name in stages:
+        spec = registry.get(name)
+        out[name] = spec.path(spec.result, node, health_variant(spec))
+    return out
+
+
+# --- payloads ------------------------------------------------------------------------------------
+
+def write_payload(name: str, payload, root: Path = Path("results", "payloads")) -> str:
+    """Path of a file holding ``payload``, named by its hash: a rule passes the path as its param, so
+    the job reruns exactly when the payload changes, and the reason Snakemake prints stays one
+    line. Written once, atomically, never rewritten (jobs may be reading it)."""
+    from gpulab import results
+
+    path = Path(root, f"{name}-{results.config_hash(payload)}.json")
+    if not path.exists():
+        results.atomic_write_text(path, json.dumps(payload, sort_keys=True, indent=1) + "\n")
+    return str(path)
+
+
+# --- parse-time side effects ---------------------------------------------------------------------
+
+# Set (not defaulted) for every job: CUDA's own default order is "fastest first", which need not be
+# nvidia-smi's PCI order; the slot pool's ids and every recorded id must mean the same GPU to all.
+JOB_ENV = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+# Defaults a user may override (NVLink SHARP multicast off unless asked for).
+JOB_ENV_DEFAULTS = {"NCCL_NVLS_ENABLE": "0"}
+# What the Snakefile declares (`envvars:`), so that jobs on remote executors get it too.
+JOB_ENV_DECLARED = ("PYTHONPATH", *JOB_ENV_DEFAULTS, *JOB_ENV)
+
+
+def job_environment(environ: Mapping[str, str], src: str) -> dict[str, str]:
+    """Variables every job gets: gpulab's source first on PYTHONPATH (jobs run fresh interpreters
+    and must import this tree, installed or not), the forced ones, the defaults."""
+    env = {k: environ.get(k, v) for k, v in JOB_ENV_DEFAULTS.items()}
+    env.update(JOB_ENV)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, environ.get("PYTHONPATH")) if p)
+    return env
+
+
+def parse_time_setup(workflow, config: Mapping, environ=os.environ,
+                     say: Callable[[str], None] = print) -> dict:
+    """Every side effect of parsing the workflow, in one place: the jobs' environment, the owner
+    marker jobs watch (they stop when this Snakemake dies), stale Snakemake locks of a killed run
+    removed (main process only), and the `gpu` and `host_quiet` resources registered.
+
+    ``workflow`` needs ``basedir``, ``is_main_process``, ``global_resources`` and
+    ``register_resource`` (Snakemake's object, or a fake in tests). Returns the host facts:
+    ``{"pool": [...], "host_gpus": N}``."""
+    from gpulab import lifetime, slots
+
+    environ.update(job_environment(environ, str(Path(workflow.basedir) / "src")))
+    environ[lifetime.OWNER_ENV] = lifetime.owner_value()
+    if workflow.is_main_process:
+        for lock in lifetime.clear_stale_snakemake_locks():
+            say(f"gpulab: removed {lock} left by a killed run")
+    pool = slots.pool_ids()
+    gpus = host_gpus(config, pool)
+    # The default is the detected count, so a plain `snakemake --cores all` never over-subscribes.
+    if "gpu" not in workflow.global_resources:
+        workflow.register_resource("gpu", gpus)
+    elif gpus == 0 and workflow.is_main_process:
+        cap = resource_value(workflow.global_resources["gpu"])
+        say(f"gpulab: --resources gpu={cap} but this host has no GPU to use "
+            f"(devices.backend={config['devices']['backend']}): every stage runs on CPU, on "
+            f"{config['devices']['cpu_devices']} virtual devices")
+    if "host_quiet" not in workflow.global_resources:
+        workflow.register_resource("host_quiet", HOST_QUIET_UNITS)
+    return {"pool": pool, "host_gpus": gpus}
