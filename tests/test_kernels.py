@@ -1,5 +1,7 @@
 """Kernels stage: launch geometry, exactness on CPU, the split over CPU virtual devices, job records."""
 import json
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -410,3 +412,33 @@ def test_multiply_shift_division_is_exact_for_every_byte_and_divisor():
     d = np.arange(1, 256, dtype=np.uint32)[None, :]
     magic = (65536 + d - 1) // d
     assert np.array_equal((x * magic) >> 16, x // d)
+
+
+def test_a_kernel_job_imports_no_torch_and_records_its_start_up(tmp_path):
+    """Issue 28: an independent job's work is ~0.5 s; importing torch (not used by a numpy or CuPy
+    kernel) was most of its wall time. The job runs in a fresh interpreter, as Snakemake starts it,
+    and records interpreter start to first timed call."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "job0.h5"
+    payload = json.dumps({"stage": TINY, "devices": {"backend": "cpu", "cpu_devices": 2}})
+    code = ("import sys, runpy; sys.argv = ['scripts/kernels.py', '--config-json', sys.argv[1], "
+            "'--variant', 'job0', '--out', sys.argv[2]]\n"
+            "try:\n    runpy.run_path('scripts/kernels.py', run_name='__main__')\n"
+            "except SystemExit as e:\n    assert not e.code, e.code\n"
+            "heavy = sorted(m for m in ('torch', 'matplotlib', 'cupy') if m in sys.modules)\n"
+            "print('HEAVY', heavy)\n")
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(repo / "src"), "CUDA_VISIBLE_DEVICES": "",
+           "GPULAB_GPU_POOL": ""}
+    p = subprocess.run([sys.executable, "-c", code, payload, str(out)], cwd=repo, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "HEAVY []" in p.stdout, p.stdout
+    a = results.read_attrs(out)
+    job = results.read_table(out, "job").iloc[0]
+    assert 0 < a["startup_s"] < 60 and a["startup_s"] == pytest.approx(job["startup_s"])
+    assert job["launch_unix"] + job["startup_s"] >= job["start_unix"]
+    assert job["verified"] and job["kernel"] == "numpy"
+    assert results.read_table(out, "job").attrs["units"]["startup_s"].startswith("s")
