@@ -58,6 +58,34 @@ def test_a_suffix_names_every_file_ending_in_it_but_a_bare_extension_names_none(
     assert got == ["src/gpulab/__init__.py", "src/gpulab/cfg.py", "src/gpulab/top.schema.yaml"]
 
 
+def test_a_parent_package_counts_by_its_module_level_code_only(tmp_path):
+    root = _tree(tmp_path, {
+        "src/gpulab/__init__.py": "",
+        "src/gpulab/pkg/__init__.py": "from gpulab.pkg import light\ndef run():\n"
+                                      "    from gpulab.pkg import heavy\n",
+        "src/gpulab/pkg/light.py": "",
+        "src/gpulab/pkg/heavy.py": "",
+        "src/gpulab/pkg/api.py": "",
+        "scripts/a.py": "from gpulab.pkg import api\n",  # pkg runs as a parent only
+        "scripts/b.py": "from gpulab.pkg import run\n",  # pkg used by name: whole
+    })
+    a = _names(workflow.code_closure([root / "scripts/a.py"], root / "src"), root)
+    b = _names(workflow.code_closure([root / "scripts/b.py"], root / "src"), root)
+    assert "src/gpulab/pkg/light.py" in a and "src/gpulab/pkg/heavy.py" not in a
+    assert "src/gpulab/pkg/heavy.py" in b
+
+
+def test_training_sets_and_training_do_not_depend_on_the_data_benchmark():
+    """Issue 28: train reads data/<host>/train/digits.h5; neither it nor the rule writing that file
+    may rerun (or wait) because the load benchmark's code changed."""
+    bench = {"src/gpulab/data/bench.py", "src/gpulab/data/loaders.py", "src/gpulab/data/stage.py"}
+    train_sets = {Path(p).relative_to(REPO).as_posix()
+                  for p in workflow.script_code("data_train", REPO)}
+    assert "src/gpulab/data/train_sets.py" in train_sets and not bench & train_sets
+    train = _stage_code("train")
+    assert "src/gpulab/data/api.py" in train and not bench & train
+
+
 def _stage_code(stage):
     return {Path(p).relative_to(REPO).as_posix() for p in workflow.stage_code(stage, REPO)}
 

@@ -19,6 +19,7 @@ import ast
 import functools
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
@@ -71,42 +72,79 @@ def _absolute(node: ast.ImportFrom, module: str, is_package: bool) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
-def _facts_of(path: Path, src: Path) -> tuple[frozenset, frozenset]:
+@dataclass(frozen=True)
+class _Facts:
+    """What one file's syntax tree says: the ``gpulab`` modules it imports and the string constants
+    of its code (docstrings left out: they cite files rather than read them), everywhere and at
+    module level alone (outside function bodies: what importing the module runs)."""
+
+    imports: frozenset
+    top_imports: frozenset
+    strings: frozenset
+    top_strings: frozenset
+
+
+def _facts_of(path: Path, src: Path) -> _Facts:
     path = Path(path).resolve()
     return _facts(path, Path(src).resolve(), path.stat().st_mtime_ns)
 
 
 @functools.lru_cache(maxsize=None)
-def _facts(path: Path, src: Path, mtime_ns: int) -> tuple[frozenset, frozenset]:
-    """(``gpulab`` modules imported, string constants outside docstrings) of one file, from one
-    walk of its syntax tree (parsing every module again per stage made parsing the workflow slow)."""
+def _facts(path: Path, src: Path, mtime_ns: int) -> _Facts:
+    # One walk per file, cached (parsing every module again per stage made parsing slow).
     tree = ast.parse(path.read_text(), filename=str(path))
     module = module_name(path, src) if _under(path, src) else ""
     is_package = path.name == "__init__.py"
-    docs, strings, found = set(), set(), set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            body = node.body
-            # Docstrings cite files rather than read them.
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-                docs.add(id(body[0].value))
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            strings.add((id(node), node.value))
-        elif isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
+    found: dict[str, set] = {"all": set(), "top": set()}
+    strings: dict[str, set] = {"all": set(), "top": set()}
+
+    def visit(node, top: bool):
+        body = getattr(node, "body", None)
+        skip = None
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(body[0].value, ast.Constant) and isinstance(
+                    node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            skip = body[0].value  # the docstring
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            top = False
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             pkg = _absolute(node, module, is_package)
-            found.update([pkg] + [f"{pkg}.{a.name}" for a in node.names if a.name != "*"])
-    mods = frozenset(n for n in found if (n == PACKAGE or n.startswith(PACKAGE + "."))
-                     and module_file(n, src) is not None)
-    return mods, frozenset(v for i, v in strings if i not in docs)
+            # `from pkg import mod` runs pkg as a parent package only; `from pkg import name`
+            # (a function, a class, or *) uses pkg itself.
+            subs = [f"{pkg}.{a.name}" for a in node.names if a.name != "*"]
+            mods = [m for m in subs if module_file(m, src) is not None]
+            names = mods + ([pkg] if len(mods) < len(node.names) else [])
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            strings["all"].add(node.value)
+            if top:
+                strings["top"].add(node.value)
+        for n in names:
+            found["all"].add(n)
+            if top:
+                found["top"].add(n)
+        for child in ast.iter_child_nodes(node):
+            if child is not skip:
+                visit(child, top)
+
+    visit(tree, True)
+
+    def ours(names):
+        return frozenset(n for n in names if (n == PACKAGE or n.startswith(PACKAGE + "."))
+                         and module_file(n, src) is not None)
+
+    return _Facts(ours(found["all"]), ours(found["top"]), frozenset(strings["all"]),
+                  frozenset(strings["top"]))
 
 
-def imports_of(path: Path, src: Path) -> set[str]:
+def imports_of(path: Path, src: Path, top_only: bool = False) -> set[str]:
     """The ``gpulab`` modules that the file at ``path`` imports, anywhere in it (a lazy import
-    inside a function is still code the job runs). ``from pkg import name`` counts ``pkg.name``
-    where that is a module, else ``pkg``."""
-    return set(_facts_of(path, src)[0])
+    inside a function is still code the job may run), or with ``top_only`` at module level only.
+    ``from pkg import name`` counts ``pkg.name`` where that is a module, else ``pkg``."""
+    f = _facts_of(path, src)
+    return set(f.top_imports if top_only else f.imports)
 
 
 def _under(path: Path, root: Path) -> bool:
@@ -117,8 +155,9 @@ def _under(path: Path, root: Path) -> bool:
         return False
 
 
-def _strings(path: Path, src: Path) -> frozenset:
-    return _facts_of(path, src)[1]
+def _strings(path: Path, src: Path, top_only: bool = False) -> frozenset:
+    f = _facts_of(path, src)
+    return f.top_strings if top_only else f.strings
 
 
 @functools.lru_cache(maxsize=None)
@@ -140,7 +179,7 @@ def _stage_dir(path: Path, src: Path) -> str | None:
     return parts[0] if len(parts) > 1 and parts[0] in registry.STAGES else None
 
 
-def data_read_by(path: Path, src: Path, data: Iterable[Path]) -> set[Path]:
+def data_read_by(path: Path, src: Path, data: Iterable[Path], top_only: bool = False) -> set[Path]:
     """The package data files a module names in its code: a string constant that is the file's name,
     a path ending in it, or a suffix its name ends with (``.schema.yaml``; a bare extension such as
     ``.yaml`` names no file), for a file in the module's folder or below. Another stage's files are
@@ -148,7 +187,7 @@ def data_read_by(path: Path, src: Path, data: Iterable[Path]) -> set[Path]:
     not make every stage read every schema."""
     path, src = Path(path).resolve(), Path(src).resolve()
     here, own_stage = path.parent, _stage_dir(path, src)
-    strings = [s for s in _strings(path, src) if "." in s and 4 <= len(s) <= 200 and "\n" not in s]
+    strings = [s for s in _strings(path, src, top_only) if "." in s and 4 <= len(s) <= 200 and "\n" not in s]
     out = set()
     for f in data:
         f = Path(f).resolve()
@@ -161,33 +200,43 @@ def data_read_by(path: Path, src: Path, data: Iterable[Path]) -> set[Path]:
 
 
 @functools.lru_cache(maxsize=None)
-def _package_data_read_by(path: Path, src: Path, mtime_ns: int) -> frozenset:
-    return frozenset(data_read_by(path, src, _package_data(src)))
+def _package_data_read_by(path: Path, src: Path, mtime_ns: int, top_only: bool) -> frozenset:
+    return frozenset(data_read_by(path, src, _package_data(src), top_only))
 
 
 def code_closure(roots: Iterable[Path], src: Path) -> list[Path]:
-    """``roots`` (files) and every ``gpulab`` module and package data file they reach."""
-    src = Path(src)
-    seen: set[Path] = set()
-    todo = [Path(r).resolve() for r in roots]
-    files: set[Path] = set()
+    """``roots`` (files) and every ``gpulab`` module and package data file they reach.
+
+    A module imported by name counts whole (its functions' lazy imports too: which of them a job
+    calls is not known statically). A package run only because a module inside it is imported
+    (``gpulab.data`` for ``gpulab.data.api``) counts by its module-level code alone: its functions
+    run only when called through it, and then it is imported by name. So the training stage, which
+    imports ``gpulab.data.api``, does not depend on the data benchmark that ``gpulab.data.run``
+    imports lazily."""
+    src = Path(src).resolve()
+    mode: dict[Path, bool] = {}  # file -> followed whole (True) or module level only (False)
+    todo = [(Path(r).resolve(), True) for r in roots]
     while todo:
-        f = todo.pop()
-        if f in seen:
+        f, whole = todo.pop()
+        if f in mode and (mode[f] or not whole):
             continue
-        seen.add(f)
-        files.add(f)
-        if f.suffix != ".py":
+        mode[f] = whole
+        if f.suffix != ".py" or not _under(f, src):
+            if f.suffix == ".py":  # a script outside the package: its imports, whole
+                todo += [(mf, True) for n in imports_of(f, src) if (mf := module_file(n, src))]
+                todo += [(mf, False) for n in imports_of(f, src) for p in _parents(n)
+                         if (mf := module_file(p, src))]
             continue
-        names = imports_of(f, src)
-        if _under(f, src):
-            names |= set(_parents(module_name(f, src)))
-        for name in names:
-            for m in [name, *_parents(name)]:
-                mf = module_file(m, src)
-                if mf is not None and mf.resolve() not in seen:
-                    todo.append(mf.resolve())
-        files |= _package_data_read_by(f, src.resolve(), f.stat().st_mtime_ns) if _under(f, src) else set()
+        names = imports_of(f, src, top_only=not whole)
+        for n in names:
+            if (mf := module_file(n, src)) is not None:
+                todo.append((mf.resolve(), True))
+        for n in [*names, module_name(f, src)]:
+            todo += [(mf.resolve(), False) for p in _parents(n) if (mf := module_file(p, src))]
+    files = set(mode)
+    for f, whole in mode.items():
+        if f.suffix == ".py" and _under(f, src):
+            files |= _package_data_read_by(f, src, f.stat().st_mtime_ns, not whole)
     return sorted(files)
 
 
@@ -215,6 +264,12 @@ def stage_code(stage: str, base: Path) -> list[str]:
     if pkg.is_dir():
         roots += [p for p in package_data(src) if _under(p, pkg)]
     return _rel(code_closure(roots, src), base)
+
+
+def script_code(script: str, base: Path) -> list[str]:
+    """Code inputs of a job that runs ``scripts/<script>.py``: the script and all it reaches."""
+    base = Path(base)
+    return _rel(code_closure([base / "scripts" / f"{script}.py"], base / "src"), base)
 
 
 def report_code(base: Path, stages: Iterable[str] | None = None, entry: str = "report") -> list[str]:

@@ -83,6 +83,11 @@ def stage_code(stage):
     return gpulab_workflow.stage_code(stage, BASE)
 
 
+def script_code(script):
+    """Code inputs of a job running scripts/<script>.py (computed, see gpulab.workflow)."""
+    return gpulab_workflow.script_code(script, BASE)
+
+
 def report_code(stages=None):
     """Code inputs of a report rule (of one stage's chapter where ``stages`` names it)."""
     return gpulab_workflow.report_code(BASE, stages)
