@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpulab import stages, workflow
+from gpulab import code_inputs, stages, workflow
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -40,10 +40,10 @@ def test_closure_follows_imports_lazy_and_relative_and_the_data_files_read(tmp_p
         "src/gpulab/unused.py": "",
         "scripts/run.py": "from gpulab.a import x\n",
     })
-    got = _names(workflow.code_closure([root / "scripts/run.py"], root / "src"), root)
+    got = _names(code_inputs.code_closure([root / "scripts/run.py"], root / "src"), root)
     assert got == ["scripts/run.py", "src/gpulab/__init__.py", "src/gpulab/a.py", "src/gpulab/b.py",
                    "src/gpulab/c.py", "src/gpulab/tables.yaml"]
-    assert _names(workflow.code_closure([root / "src/gpulab/d.py"], root / "src"), root) == [
+    assert _names(code_inputs.code_closure([root / "src/gpulab/d.py"], root / "src"), root) == [
         "src/gpulab/__init__.py", "src/gpulab/d.py"]
 
 
@@ -54,7 +54,7 @@ def test_a_suffix_names_every_file_ending_in_it_but_a_bare_extension_names_none(
         "src/gpulab/top.schema.yaml": "",
         "src/gpulab/limits.yaml": "",
     })
-    got = _names(workflow.code_closure([root / "src/gpulab/cfg.py"], root / "src"), root)
+    got = _names(code_inputs.code_closure([root / "src/gpulab/cfg.py"], root / "src"), root)
     assert got == ["src/gpulab/__init__.py", "src/gpulab/cfg.py", "src/gpulab/top.schema.yaml"]
 
 
@@ -69,8 +69,8 @@ def test_a_parent_package_counts_by_its_module_level_code_only(tmp_path):
         "scripts/a.py": "from gpulab.pkg import api\n",  # pkg runs as a parent only
         "scripts/b.py": "from gpulab.pkg import run\n",  # pkg used by name: whole
     })
-    a = _names(workflow.code_closure([root / "scripts/a.py"], root / "src"), root)
-    b = _names(workflow.code_closure([root / "scripts/b.py"], root / "src"), root)
+    a = _names(code_inputs.code_closure([root / "scripts/a.py"], root / "src"), root)
+    b = _names(code_inputs.code_closure([root / "scripts/b.py"], root / "src"), root)
     assert "src/gpulab/pkg/light.py" in a and "src/gpulab/pkg/heavy.py" not in a
     assert "src/gpulab/pkg/heavy.py" in b
 
@@ -129,11 +129,11 @@ def test_report_code_covers_sections_and_what_they_read():
 def test_closure_sees_an_edit(tmp_path):
     root = _tree(tmp_path, {"src/gpulab/__init__.py": "", "src/gpulab/a.py": "",
                             "src/gpulab/b.py": ""})
-    first = _names(workflow.code_closure([root / "src/gpulab/a.py"], root / "src"), root)
+    first = _names(code_inputs.code_closure([root / "src/gpulab/a.py"], root / "src"), root)
     a = root / "src/gpulab/a.py"
     a.write_text("import gpulab.b\n")
     os.utime(a, ns=(a.stat().st_mtime_ns + 10**9,) * 2)
-    second = _names(workflow.code_closure([a], root / "src"), root)
+    second = _names(code_inputs.code_closure([a], root / "src"), root)
     assert "src/gpulab/b.py" not in first and "src/gpulab/b.py" in second
 
 
