@@ -147,6 +147,9 @@ def test_no_two_timing_or_cpu_heavy_jobs_fit_on_one_host_together():
         for b in busy:  # any two of them (the same rule twice too) exceed the host
             assert quiet[a] + quiet[b] > workflow.HOST_QUIET_UNITS, (a, b, quiet)
     assert all(quiet[n] == 0 for n in stages.STAGES if n not in busy)
+    # CPU-heavy work of no stage (report figures) takes the whole host too
+    assert workflow.host_quiet_cpu_heavy(True) + min(quiet[b] for b in busy) > workflow.HOST_QUIET_UNITS
+    assert workflow.host_quiet_cpu_heavy(False) == 0
     assert set(workflow.host_quiet(s, False) for s in stages.STAGES.values()) == {0}
 
 

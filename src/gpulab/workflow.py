@@ -92,6 +92,12 @@ def host_quiet(spec: registry.StageSpec, quiet_host: bool, share: int = 1) -> in
     return max(1, HOST_QUIET_UNITS // share)
 
 
+def host_quiet_cpu_heavy(quiet_host: bool) -> int:
+    """`host_quiet` units of CPU-heavy work that is no stage's job (rendering report figures, say):
+    all of them, so it never runs beside a timed region."""
+    return HOST_QUIET_UNITS if quiet_host else 0
+
+
 def host_gpus(config: Mapping, pool: list[str]) -> int:
     """GPUs this host gives to jobs: config devices.gpus (cluster submit hosts), else the pool."""
     dev = config["devices"]

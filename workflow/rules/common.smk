@@ -57,6 +57,11 @@ def host_quiet(stage, share=1):
     return gpulab_workflow.host_quiet(gpulab_stages.get(stage), config.get("quiet_host", True), share)
 
 
+def host_quiet_cpu_heavy():
+    """`host_quiet` units of a CPU-heavy rule that runs no stage (report figures): the whole host."""
+    return gpulab_workflow.host_quiet_cpu_heavy(config.get("quiet_host", True))
+
+
 def gpus_for(stage):
     """Concrete GPU count a stage's jobs ask for, checked against what the host has."""
     return _checked(gpulab_workflow.gpus_for, gpulab_stages.get(stage), config, HOST_GPUS,
