@@ -58,7 +58,7 @@ def host_quiet(stage, share=1):
 
 
 def host_quiet_cpu_heavy():
-    """`host_quiet` units of a CPU-heavy rule that runs no stage (report figures): the whole host."""
+    """`host_quiet` units of CPU-heavy work that runs no stage (report figures): the whole host."""
     return gpulab_workflow.host_quiet_cpu_heavy(config.get("quiet_host", True))
 
 
