@@ -144,13 +144,13 @@ def stage_main(stage: str, run: Callable[[StageContext], results.Result], doc: s
                argv: list[str] | None = None,
                extra_args: Callable[[argparse.ArgumentParser], None] | None = None) -> int:
     rec = phases.start(stage)
-    # Interpreter start to here: the imports of the stage's script (in a fresh job process).
-    rec.record("start-up (interpreter start, imports)", phases.process_age(), phases.SETUP)
+    age = phases.process_age()  # interpreter start to here: the imports of the stage's script
     args = parse_args(stage, doc, argv, extra_args)
     # A crash in native code (CUDA, NCCL, HDF5) then leaves a Python traceback in the job's log.
     with contextlib.suppress(OSError, ValueError):  # stderr without a file (pytest capture)
         faulthandler.enable()
     setup_logging(args.verbose)
+    rec.record("start-up (interpreter start, imports)", age, phases.SETUP)
     ctx = context_from_args(stage, args)
     log.info("%s/%s: starting (devices visible: %s)", stage, ctx.variant,
              _visible(ctx))
