@@ -9,17 +9,6 @@ from pathlib import Path
 
 SRC = str(Path(workflow.basedir) / "src")
 sys.path.insert(0, SRC)
-# Jobs run scripts in fresh interpreters; this lets them import gpulab without an install (GPU hosts
-# with a pre-built Python environment).
-os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH")) if p)
-os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
-
-# Both are set just above, so this never fails; declared, they reach jobs on remote executors
-# (SLURM) too. The optional GPULAB_* variables (GPULAB_HOST, GPULAB_GPU_POOL, GPULAB_SLOT_DIR,
-# GPULAB_CHROMIUM) cannot be listed: Snakemake requires every declared variable to be set.
-envvars:
-    "PYTHONPATH",
-    "NCCL_NVLS_ENABLE",
 
 from snakemake.exceptions import WorkflowError
 
@@ -33,7 +22,16 @@ except _gpulab_config.ConfigError as exc:
 configfile: "config.yaml"
 
 
+# Validates the config and sets every job's environment (gpulab.workflow.parse_time_setup).
 include: "workflow/rules/common.smk"
+
+# Set by that setup (gpulab.workflow.job_environment), so this never fails; declared, they reach
+# jobs on remote executors (SLURM) too. The optional GPULAB_* variables (GPULAB_HOST,
+# GPULAB_GPU_POOL, GPULAB_SLOT_DIR, GPULAB_CHROMIUM) cannot be listed: Snakemake requires every
+# declared variable to be set.
+envvars:
+    *gpulab_workflow.JOB_ENV_DECLARED,
+
 include: "workflow/rules/stages.smk"
 # Health, baselines and the fleet view: targets over the stage rules (and per-node cluster jobs).
 include: "workflow/rules/fleet.smk"

@@ -19,11 +19,13 @@ def main(argv=None) -> int:
     ap.add_argument("--payload", type=Path, default=None, help="JSON file instead of --config-json")
     ap.add_argument("--digits", required=True, help="output HDF5 for the digits training set")
     ap.add_argument("--tabular", required=True, help="output HDF5 for the synthetic tabular set")
+    ap.add_argument("--cache-dir", default=None,
+                    help="dataset cache (results/data/cache in the workflow; default: none)")
     args = ap.parse_args(argv)
     setup_logging()
     try:
         build(load_payload(args.config_json, args.payload).get("stage", {}), args.digits,
-              args.tabular)
+              args.tabular, args.cache_dir)
     except (DataError, ValueError) as exc:
         print(f"data_train: {exc}", file=sys.stderr)
         return 1

@@ -1,5 +1,7 @@
 """Kernels stage: launch geometry, exactness on CPU, the split over CPU virtual devices, job records."""
 import json
+import os
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -446,3 +448,112 @@ def test_kernel_rows_above_the_memory_bandwidth_fail_the_physical_limit():
     cached, _ = _gpu_tables(copy=9000.0, resident=True)
     assert kbars.physical_checks("cuda", "NVIDIA H200", cached, [])[1] == []
     assert kbars.physical_checks("cpu", "cpu", div, []) == ([], [])
+
+
+def test_a_kernel_job_imports_no_torch_and_records_its_start_up(tmp_path):
+    """Issue 28: an independent job's work is ~0.5 s; importing torch (not used by a numpy or CuPy
+    kernel) was most of its wall time. The job runs in a fresh interpreter, as Snakemake starts it,
+    and records interpreter start to first timed call."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "job0.h5"
+    payload = json.dumps({"stage": TINY, "devices": {"backend": "cpu", "cpu_devices": 2}})
+    code = ("import sys, runpy; sys.argv = ['scripts/kernels.py', '--config-json', sys.argv[1], "
+            "'--variant', 'job0', '--out', sys.argv[2]]\n"
+            "try:\n    runpy.run_path('scripts/kernels.py', run_name='__main__')\n"
+            "except SystemExit as e:\n    assert not e.code, e.code\n"
+            "heavy = sorted(m for m in ('torch', 'matplotlib', 'cupy') if m in sys.modules)\n"
+            "print('HEAVY', heavy)\n")
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(repo / "src"), "CUDA_VISIBLE_DEVICES": "",
+           "GPULAB_GPU_POOL": ""}
+    p = subprocess.run([sys.executable, "-c", code, payload, str(out)], cwd=repo, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "HEAVY []" in p.stdout, p.stdout
+    a = results.read_attrs(out)
+    job = results.read_table(out, "job").iloc[0]
+    assert 0 < a["startup_s"] < 60 and a["startup_s"] == pytest.approx(job["startup_s"])
+    assert job["launch_unix"] + job["startup_s"] >= job["start_unix"]
+    assert job["verified"] and job["kernel"] == "numpy"
+    assert results.read_table(out, "job").attrs["units"]["startup_s"].startswith("s")
+
+
+class _FakeCupy:
+    """CuPy faked at its boundary (no GPU here): one device, arrays over numpy, a RawKernel that
+    divides like the CUDA source, CUDA events over the host clock."""
+
+    def __init__(self):
+        import time as _time
+        import types
+
+        fake = self
+
+        class Arr:
+            def __init__(self, a):
+                self.a = np.array(a)
+                self.size = self.a.size
+
+            def get(self):
+                return self.a.copy()
+
+        class Dev:
+            def __init__(self, i):
+                fake.devices_used.add(i)
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                return False
+
+        class Event:
+            def record(self):
+                self.t = _time.perf_counter()
+
+            def synchronize(self):
+                pass
+
+        def raw_kernel(source, name):
+            assert "divide_vec16" in source and name.startswith("divide_")
+
+            def launch(grid, block, args):
+                inp, out, n, div = args
+                fake.launches += 1
+                out.a[:int(n)] = inp.a[:int(n)] // np.uint8(div)
+            return launch
+
+        self.devices_used, self.launches = set(), 0
+        stream = types.SimpleNamespace(synchronize=lambda: None)
+        runtime = types.SimpleNamespace(
+            getDeviceCount=lambda: 1,
+            getDeviceProperties=lambda i: {"name": b"Fake GPU", "totalGlobalMem": 1 << 30})
+        self.cuda = types.SimpleNamespace(
+            runtime=runtime, Device=Dev, Event=Event, get_current_stream=lambda: stream,
+            get_elapsed_time=lambda a, b: (b.t - a.t) * 1e3)
+        self.asarray = Arr
+        self.RawKernel = raw_kernel
+
+
+def test_a_kernel_job_on_a_cuda_host_runs_the_rawkernel_through_cupy_alone(tmp_path, monkeypatch):
+    import sys
+
+    fake = _FakeCupy()
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setattr(divide, "_KERNELS", {})
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    monkeypatch.setenv("GPULAB_GPU_POOL", "0,1,2,3")
+    from gpulab.kernels import extra_args, run
+    from gpulab.stage import stage_main
+
+    out = tmp_path / "job0.h5"
+    payload = json.dumps({"stage": {**TINY, "kernel": "vec16"},
+                          "devices": {"backend": "cuda", "cpu_devices": 2}})
+    assert stage_main("kernels", run, argv=["--config-json", payload, "--variant", "job0",
+                                            "--out", str(out)], extra_args=extra_args) == 0
+    job = results.read_table(out, "job").iloc[0]
+    assert results.read_attrs(out)["device_kind"] == "cuda"
+    assert job["kernel"] == "vec16" and job["verified"] and job["device_name"] == "Fake GPU"
+    assert job["device"] == "cuda:0" and job["cuda_visible_devices"] == "3"
+    assert fake.launches >= job["calls"] and job["startup_s"] > 0

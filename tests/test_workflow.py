@@ -91,6 +91,32 @@ def test_multinode_setting_reruns_only_the_multiprocess_stages(finished_run):
         cfg.write_text(original)
 
 
+def test_a_limit_change_reruns_the_stages_that_read_it_and_the_report(finished_run):
+    """Issue 24: after a datasheet figure in limits.yaml was fixed, a plain snakemake said nothing
+    to do and every stored verdict stayed stale. Code inputs are now computed from imports."""
+    import os
+
+    from gpulab import stages, workflow
+
+    wf = finished_run
+    readers = {s for s in stages.STAGES
+               if any(p.endswith("src/gpulab/limits.yaml") for p in workflow.stage_code(s, wf))}
+    # the stages whose bars use datasheet limits (their jobs import gpulab.limits)
+    assert readers == {"transfer", "kernels", "gemm"}, readers
+    limits = wf / "src" / "gpulab" / "limits.yaml"
+    text, st = limits.read_text(), limits.stat()
+    try:
+        limits.write_text(text + "\n# a datasheet figure fixed\n")
+        plan = planned_rules(wf, env={"GPULAB_HOST": "testhost", "GPULAB_GPU_POOL": ""})
+        # kernels_job/kernels_jobs: the kernels stage's other rules (workflow/rules/kernels.smk)
+        assert set(plan) == {"transfer", "kernels", "kernels_job", "kernels_jobs", "gemm",
+                             "report", "all"}, plan
+    finally:
+        limits.write_text(text)
+        os.utime(limits, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert planned_rules(wf, env={"GPULAB_HOST": "testhost", "GPULAB_GPU_POOL": ""}) == {}
+
+
 def test_code_change_reruns_the_stage_it_touches(finished_run):
     wf = finished_run
     src = wf / "src" / "gpulab" / "probe" / "host.py"

@@ -18,7 +18,8 @@ Kind = Literal["cuda", "cpu"]
 
 # CUDA's default order is "fastest first", which need not match nvidia-smi's and NVML's PCI order:
 # ids handed out by the slot pool and recorded in results must mean the same GPU to every tool.
-os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+# Set, not defaulted: an inherited FASTEST_FIRST would make "GPU 1" a different GPU here.
+os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
 
 
 @dataclass(frozen=True)

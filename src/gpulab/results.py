@@ -26,6 +26,7 @@ import os
 import platform
 import socket
 import subprocess
+import sys
 import uuid
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -125,12 +126,18 @@ def git_state(root: Path = REPO_ROOT) -> tuple[str, bool]:
         return "unknown", True
 
 
-def package_versions(names: Iterable[str] = TRACKED_PACKAGES) -> dict[str, str]:
+def package_versions(names: Iterable[str] = TRACKED_PACKAGES, import_torch: bool = True
+                     ) -> dict[str, str]:
+    """Installed versions; torch's CUDA and NCCL builds where torch is (or, with ``import_torch``,
+    can be) loaded. A result writer passes False: a job that did its work without torch (a CuPy
+    kernel job) would otherwise spend seconds importing it just to say which CUDA it was built for."""
     out = {}
     for n in names:
         with contextlib.suppress(metadata.PackageNotFoundError):
             out[n] = metadata.version(n)
     with contextlib.suppress(Exception):
+        if not import_torch and "torch" not in sys.modules:
+            raise ImportError("torch not loaded by this job")
         import torch
 
         out["torch"] = torch.__version__
@@ -222,7 +229,7 @@ def write(result: Result, path: str | os.PathLike) -> Path:
         "config_hash": config_hash(result.config),
         "git_commit": commit,
         "git_dirty": dirty,
-        "packages": json.dumps(package_versions()),
+        "packages": json.dumps(package_versions(import_torch=False)),
         "host_fingerprint": json.dumps(host_fingerprint()),
         "started_at": result.started_at,
         "finished_at": now_iso(),

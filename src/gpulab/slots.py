@@ -210,7 +210,8 @@ def job_env(ids: list[str], base: dict | None = None) -> dict:
     # An empty CUDA_VISIBLE_DEVICES hides every GPU, so a gpu=0 job cannot disturb the others.
     env["CUDA_VISIBLE_DEVICES"] = ",".join(ids)
     # The ids are nvidia-smi's (PCI order); CUDA must count the same way to see the GPUs meant.
-    env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    # Set, not defaulted: a user's CUDA_DEVICE_ORDER=FASTEST_FIRST would silently renumber them.
+    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     env[IDS_ENV] = ",".join(ids)
     env.setdefault("NCCL_NVLS_ENABLE", "0")
     return env

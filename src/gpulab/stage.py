@@ -14,12 +14,13 @@ import json
 import logging
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from gpulab import devices as devmod
-from gpulab import lifetime, results
+from gpulab import lifetime, phases, results
 from gpulab.launch import NotResultNode
 
 log = logging.getLogger("gpulab")
@@ -35,11 +36,13 @@ class StageContext:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def devices(self, limit: int | None = None) -> list[devmod.Device]:
-        return devmod.discover(
-            self.devices_config.get("backend", "auto"),
-            int(self.devices_config.get("cpu_devices", 2)),
-            limit=limit,
-        )
+        # Set-up: on a GPU host this is torch's CUDA initialisation.
+        with phases.phase("device discovery", phases.SETUP):
+            return devmod.discover(
+                self.devices_config.get("backend", "auto"),
+                int(self.devices_config.get("cpu_devices", 2)),
+                limit=limit,
+            )
 
     def new_result(self, device_kind: str, **attrs) -> results.Result:
         r = results.Result(self.stage, self.variant, self.config, device_kind)
@@ -140,23 +143,36 @@ def _visible(ctx: StageContext) -> str:
 def stage_main(stage: str, run: Callable[[StageContext], results.Result], doc: str | None = None,
                argv: list[str] | None = None,
                extra_args: Callable[[argparse.ArgumentParser], None] | None = None) -> int:
+    rec = phases.start(stage)
+    age = phases.process_age()  # interpreter start to here: the imports of the stage's script
     args = parse_args(stage, doc, argv, extra_args)
     # A crash in native code (CUDA, NCCL, HDF5) then leaves a Python traceback in the job's log.
     with contextlib.suppress(OSError, ValueError):  # stderr without a file (pytest capture)
         faulthandler.enable()
     setup_logging(args.verbose)
+    rec.record("start-up (interpreter start, imports)", age, phases.SETUP)
     ctx = context_from_args(stage, args)
     log.info("%s/%s: starting (devices visible: %s)", stage, ctx.variant,
              _visible(ctx))
 
     def run_and_write() -> int:
+        t0 = time.perf_counter()
         try:
             result = run(ctx)
         except NotResultNode as exc:
             # A node of a multi-node run started by hand: node 0 writes the one result for all ranks.
             log.info("%s/%s: %s; this node writes no result", stage, ctx.variant, exc)
             return 0
-        path = results.write(result, args.out)
+        run_s = time.perf_counter() - t0
+        totals = rec.totals()
+        log.info("%s/%s: run %.2f s: set-up %.2f s, measurement %.2f s in marked phases (start-up "
+                 "included)", stage, ctx.variant, run_s, totals[phases.SETUP],
+                 totals[phases.MEASUREMENT])
+        # Where the job's time went (issue 28): every phase, set-up or measurement, in the result.
+        result.attrs.setdefault("phases", list(rec.rows))
+        result.attrs.setdefault("run_s", run_s)
+        with rec.phase("write result", phases.SETUP):
+            path = results.write(result, args.out)
         log.info("%s/%s: wrote %s", stage, ctx.variant, path)
         return 0
 

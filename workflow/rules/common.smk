@@ -5,10 +5,9 @@ import sys
 from snakemake.exceptions import WorkflowError
 
 from gpulab import config as gpulab_config
-from gpulab import lifetime as gpulab_lifetime
 from gpulab import results as gpulab_results
-from gpulab import slots as gpulab_slots
 from gpulab import stages as gpulab_stages
+from gpulab import workflow as gpulab_workflow
 
 # The one validation of the config (defaults filled in). Jobs get slices of it marked validated, so
 # the stage scripts do not validate again.
@@ -24,11 +23,13 @@ try:
 except gpulab_config.ConfigError as exc:
     raise WorkflowError(str(exc)) from None
 
-# Jobs stop themselves when the Snakemake process that started them dies (even by SIGKILL).
-os.environ[gpulab_lifetime.OWNER_ENV] = gpulab_lifetime.owner_value()
-if workflow.is_main_process:
-    for _lock in gpulab_lifetime.clear_stale_snakemake_locks():
-        print(f"gpulab: removed {_lock} left by a killed run", file=sys.stderr)
+# Every parse-time side effect (jobs' environment, stale locks, the `gpu` and `host_quiet`
+# resources) happens in this one call; see gpulab.workflow.parse_time_setup.
+try:
+    _HOST_FACTS = gpulab_workflow.parse_time_setup(
+        workflow, config, say=lambda line: print(line, file=sys.stderr))
+except gpulab_workflow.WorkflowConfigError as exc:
+    raise WorkflowError(str(exc)) from None
 
 HOST = config.get("host_label") or gpulab_results.host_name()
 PY = sys.executable
@@ -36,72 +37,40 @@ SCRIPTS = os.path.relpath(Path(workflow.basedir) / "scripts")
 SLOT = f"{PY} -m gpulab.slots"
 BACKEND = config["devices"]["backend"]
 BASE = Path(os.path.relpath(workflow.basedir))
-
 # GPUs a job host can give to jobs: config devices.gpus (cluster submit hosts), else the slot pool
 # (GPULAB_GPU_POOL, else CUDA_VISIBLE_DEVICES, else every GPU detected here).
-POOL = gpulab_slots.pool_ids()
-_cfg_gpus = config["devices"].get("gpus")
-HOST_GPUS = 0 if BACKEND == "cpu" else (len(POOL) if _cfg_gpus is None else _cfg_gpus)
-if BACKEND == "cuda" and HOST_GPUS == 0:
-    raise WorkflowError("config devices.backend is 'cuda' but this host has no NVIDIA GPU")
-
-# The default is the detected count, so a plain `snakemake --cores all` never over-subscribes GPUs.
-if "gpu" not in workflow.global_resources:
-    workflow.register_resource("gpu", HOST_GPUS)
-elif HOST_GPUS == 0 and workflow.is_main_process:
-    _cap = workflow.global_resources["gpu"]
-    print(f"gpulab: --resources gpu={getattr(_cap, 'value', _cap)} but this host has no GPU to use "
-          f"(devices.backend={BACKEND}): every stage runs on CPU, on "
-          f"{config['devices']['cpu_devices']} virtual devices", file=sys.stderr)
-
-# Host sharing (config quiet_host): a CPU-heavy job takes every `host_quiet` unit, a
-# timing-sensitive job one, so the two never run at once while timing jobs still run side by side.
-# Which stage is which is declared in its StageSpec (gpulab.stages).
-HOST_QUIET_UNITS = 1000
-if "host_quiet" not in workflow.global_resources:
-    workflow.register_resource("host_quiet", HOST_QUIET_UNITS)
+POOL = _HOST_FACTS["pool"]
+HOST_GPUS = _HOST_FACTS["host_gpus"]
+HOST_QUIET_UNITS = gpulab_workflow.HOST_QUIET_UNITS
 
 
-def host_quiet(stage):
-    """The `host_quiet` units a job of ``stage`` holds (0 with config quiet_host: false)."""
-    from gpulab import stages as gpulab_stages
+def _checked(fn, *args, **kwargs):
+    """A gpulab.workflow call whose config error stops the run as a one-line WorkflowError."""
+    try:
+        return fn(*args, **kwargs)
+    except gpulab_workflow.WorkflowConfigError as exc:
+        raise WorkflowError(str(exc)) from None
 
-    spec = gpulab_stages.get(stage)
-    if not config.get("quiet_host", True):
-        return 0
-    return HOST_QUIET_UNITS if spec.cpu_heavy else 1 if spec.timing_sensitive else 0
 
+def host_quiet(stage, share=1):
+    """The `host_quiet` units a job of ``stage`` holds (``share``: jobs meant to run together)."""
+    return gpulab_workflow.host_quiet(gpulab_stages.get(stage), config.get("quiet_host", True), share)
+
+
+def host_quiet_cpu_heavy():
+    """`host_quiet` units of CPU-heavy work that runs no stage (report figures): the whole host."""
+    return gpulab_workflow.host_quiet_cpu_heavy(config.get("quiet_host", True))
 
 
 def gpus_for(stage):
     """Concrete GPU count a stage's jobs ask for, checked against what the host has."""
-    if gpulab_stages.get(stage).gpus == "none":
-        return 0
-    want = config[stage].get("gpus", "all")
-    if HOST_GPUS == 0:
-        return 0
-    if want == "all":
-        want = HOST_GPUS
-    cap = workflow.global_resources.get("gpu")
-    cap = getattr(cap, "value", cap)
-    if want > HOST_GPUS:
-        raise WorkflowError(
-            f"config {stage}.gpus asks for {want} GPU(s) but this host has {HOST_GPUS}")
-    if isinstance(cap, int) and want > cap:
-        raise WorkflowError(
-            f"config {stage}.gpus asks for {want} GPU(s) but --resources gpu={cap}; "
-            "Snakemake would silently run it with fewer. Lower the stage's gpus or raise the cap.")
-    return want
+    return _checked(gpulab_workflow.gpus_for, gpulab_stages.get(stage), config, HOST_GPUS,
+                    workflow.global_resources.get("gpu"))
 
 
 def write_payload(name, payload):
-    """Path of a file holding ``payload``, named by its hash: a rule passes the path as its param, so
-    the job reruns exactly when the payload changes, and the reason Snakemake prints stays one
-    line. The file is written once, atomically, and never rewritten (jobs may be reading it)."""
-    path = Path("results", "payloads", f"{name}-{gpulab_results.config_hash(payload)}.json")
-    if not path.exists():
-        gpulab_results.atomic_write_text(path, json.dumps(payload, sort_keys=True, indent=1) + "\n")
-    return str(path)
+    """Path of a file holding ``payload``, named by its hash (see gpulab.workflow.write_payload)."""
+    return gpulab_workflow.write_payload(name, payload)
 
 
 def stage_payload(stage):
@@ -110,23 +79,23 @@ def stage_payload(stage):
 
 
 def section_file(spec):
-    return BASE / "src" / Path(*spec.section_module().split(".")).with_suffix(".py")
+    return gpulab_workflow.section_file(spec, BASE)
 
 
 def stage_code(stage):
-    """Source files a stage depends on: editing them reruns the stage (and the report). Its schema
-    is one of them; its report section is the report's, not the stage's."""
-    shared = [BASE / "src" / "gpulab" / f for f in
-              ("devices.py", "slots.py", "timing.py", "results.py", "stage.py", "launch.py")]
-    pkg = BASE / "src" / "gpulab" / stage
-    if pkg.is_dir():
-        files = sorted(p for p in pkg.rglob("*") if p.suffix == ".py" or p.name == "schema.yaml")
-    else:
-        files = [pkg.with_suffix(".py")]
-    if stage in gpulab_stages.STAGES:
-        files = [p for p in files if p != section_file(gpulab_stages.get(stage))]
-    script = BASE / "scripts" / f"{stage}.py"
-    return [str(p) for p in shared + files + [script] if p.exists()]
+    """Code inputs of a stage's jobs: every module and data file of gpulab its code reaches (computed
+    by gpulab.workflow.stage_code): editing one reruns the stage (and the report)."""
+    return gpulab_workflow.stage_code(stage, BASE)
+
+
+def script_code(script):
+    """Code inputs of a job running scripts/<script>.py (computed, see gpulab.workflow)."""
+    return gpulab_workflow.script_code(script, BASE)
+
+
+def report_code(stages=None):
+    """Code inputs of a report rule (of one stage's chapter where ``stages`` names it)."""
+    return gpulab_workflow.report_code(BASE, stages)
 
 
 def stage_inputs(stage):
@@ -162,8 +131,7 @@ def stage_args(spec):
 
 
 def stage_threads(spec):
-    # Every rank is a busy process: on CPU a multi-process job takes as many cores as it has ranks.
-    return (gpus_for(spec.name) or config["devices"]["cpu_devices"]) if spec.multiprocess else 1
+    return gpulab_workflow.stage_threads(spec, gpus_for(spec.name), config["devices"]["cpu_devices"])
 
 
 def stage_output(spec, name, template):
@@ -197,14 +165,8 @@ def slurm_resources(stage):
     `srun -n1`; the command's own `srun` (gpulab.launch) starts one torchrun agent per node.
     `tasks_per_gpu: 0` keeps the plugin from turning `tasks` into `--ntasks-per-gpu`.
     stages.smk gives multi-process stages these resources and `params.slots = gpus_for(stage)`."""
-    gpus = gpus_for(stage)
-    nnodes = int(config["devices"].get("nodes", {}).get("nnodes", 1))
-    if nnodes <= 1:
-        return {"gpu": gpus}
-    res = {"gpu": 0, "nodes": nnodes, "tasks": nnodes, "mpi": "srun", "tasks_per_gpu": 0}
-    if gpus:
-        res["gres"] = f"gpu:{gpus}"
-    return res
+    return gpulab_workflow.slurm_resources(
+        gpus_for(stage), int(config["devices"].get("nodes", {}).get("nnodes", 1)))
 
 
 # Fleet health jobs (fleet.smk): where a node's health results land, and its per-stage commands.
@@ -214,17 +176,13 @@ def _stage_of(path):
 
 
 def node_results(node):
-    """The health results of one node, where the per-stage rules would put them for that host."""
-    return {
-        "probe": f"results/probe/{node}.h5",
-        "transfer": f"results/transfer/{node}/main.h5",
-        "collectives": f"results/collectives/{node}/default.h5",
-        "gemm": f"results/gemm/{node}/main.h5",
-    }
+    """The health results of one node, where the per-stage rules would put them for that host
+    (HEALTH_STAGES: fleet.smk, read when a rule calls this)."""
+    return gpulab_workflow.node_results(node, HEALTH_STAGES)
 
 
 def fleet_node_cmd(stage):
     """One health stage of a node job (fleet.smk), its payload a param of that job."""
-    variant = "default" if stage == "collectives" else "main"
+    variant = gpulab_workflow.health_variant(gpulab_stages.get(stage))
     return (f"{SLOT} --gpus {{resources.gpu}} -- {PY} {SCRIPTS}/{stage}.py "
             f"--payload {{params.{stage}:q}} --variant {variant} --out {{output.{stage}}}")

@@ -6,15 +6,16 @@ DATA_TRAIN_SETS = {
 }
 
 
-# Only the code and config that shape the training sets: editing or resizing the benchmark must
-# not rebuild them (and so retrain everything downstream).
-DATA_TRAIN_CODE = [str(BASE / "src" / "gpulab" / "data" / f"{m}.py")
-                   for m in ("__init__", "api", "datasets", "errors", "formats", "train_sets")]
+# Only the code and config that shape the training sets (the script and what it imports and reads,
+# computed): editing or resizing the benchmark must not rebuild them (and so retrain downstream).
+DATA_TRAIN_CODE = script_code("data_train")
+# Generated datasets, content-addressed and reused across runs and hosts (gpulab.data.cache).
+DATA_CACHE = "results/data/cache"
 
 
 rule data_train:
     input:
-        code=DATA_TRAIN_CODE + [f"{SCRIPTS}/data_train.py"],
+        code=DATA_TRAIN_CODE,
     output:
         digits=DATA_TRAIN_SETS["digits"],
         tabular=DATA_TRAIN_SETS["tabular"],
@@ -28,7 +29,8 @@ rule data_train:
         f"results/logs/data/{HOST}/train.log",
     shell:
         f"{PY} {SCRIPTS}/data_train.py --payload {{params.payload:q}} "
-        "--digits {output.digits} --tabular {output.tabular} 2>&1 | tee {log}"
+        f"--cache-dir {DATA_CACHE} --digits {{output.digits}} --tabular {{output.tabular}} "
+        "2>&1 | tee {log}"
 
 
 # The user's own files (config data.inputs) are inputs of the data rule (its spec's config_inputs),

@@ -20,7 +20,9 @@ rule kernels_job:
         variant="job{i}",
     resources:
         gpu=KERNELS_JOB_GPUS,
-        host_quiet=host_quiet("kernels"),
+        # The K jobs are one measurement meant to overlap: each holds 1/K of the host, so they run
+        # together and no other timing or CPU-heavy job runs beside any of them.
+        host_quiet=host_quiet("kernels", share=len(KERNELS_JOBS)),
     log:
         f"results/logs/kernels/{HOST}/job{{i}}.log",
     shell:

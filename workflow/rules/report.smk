@@ -25,21 +25,16 @@ from gpulab.report import fragments as gpulab_fragments
 REPORT_FRAGMENTS = "results/report/fragments"
 REPORT_PLAN = gpulab_fragments.plan(STAGE_RESULTS, gpulab_stages.ORDER)
 REPORT_STAGES = list(REPORT_PLAN)
-# The report's code (its package and script); a fragment's adds the section module of its stage,
-# which stages keep in their own packages.
-REPORT_CODE = sorted(stage_code("report"))
-
-
-def fragment_code(stage):
-    section = section_file(gpulab_stages.get(stage))
-    return REPORT_CODE + ([str(section)] if section.exists() else [])
+# Code inputs, computed (gpulab.workflow.report_code): the assembly's reach every stage's section
+# (it renders a chapter itself where no current fragment exists); a fragment's reach its own only.
+REPORT_CODE = report_code()
 
 
 rule report_fragment:
     input:
         results=lambda wc: REPORT_PLAN[wc.stage]["own"],
         after=lambda wc: [ancient(f) for f in REPORT_PLAN[wc.stage]["after"]],
-        code=lambda wc: fragment_code(wc.stage),
+        code=lambda wc: report_code([wc.stage]),
     output:
         f"{REPORT_FRAGMENTS}/{{stage}}.json",
     wildcard_constraints:

@@ -33,6 +33,12 @@ def files_dir(ctx: StageContext) -> Path:
     return Path(ctx.extra.get("files_dir") or ctx.out.parent / "files")
 
 
+def cache_dir(ctx: StageContext) -> Path:
+    """The dataset cache: ``--cache-dir``, else ``cache/`` beside the host folders (the job's
+    ``results/data/<host>/main.h5`` -> ``results/data/cache/``), shared by hosts and runs."""
+    return Path(ctx.extra.get("cache_dir") or ctx.out.parent.parent / "cache")
+
+
 @contextlib.contextmanager
 def staging(final: Path):
     """A fresh temporary folder beside ``final``; it replaces ``final`` only on success."""
@@ -50,7 +56,7 @@ def staging(final: Path):
 def run(ctx: StageContext) -> results.Result:
     cfg = ctx.config
     inputs = loaders.external_inputs(cfg)
-    todo = bench.cases(cfg)
+    todo = bench.cases(cfg, cache_dir(ctx))
     loads, writes, checks = [], [], []
     with staging(files_dir(ctx)) as folder:
         jobs = [(c, f) for c in todo for f in bench.formats_for(c, cfg)]
@@ -88,8 +94,8 @@ def run(ctx: StageContext) -> results.Result:
         {"dataset": c.data.name, "kind": c.kind, "rows": c.data.rows,
          "sample_shape": "x".join(map(str, c.data.sample_shape)),
          "classes": c.data.meta["num_classes"], "source": c.data.meta.get("source", ""),
-         "tensor_bytes": c.data.nbytes} for c in todo]),
-        units={"rows": "samples", "classes": "count", "tensor_bytes": "B"})
+         "tensor_bytes": c.data.nbytes, "from_cache": c.cached} for c in todo]),
+        units={"rows": "samples", "classes": "count", "tensor_bytes": "B", "from_cache": "bool"})
     log.info("data: %d loads timed, %d round-trip checks passed", len(loads), len(checks))
     return r
 

@@ -23,33 +23,149 @@ from gpulab.outcomes import Check
 # Columns the shared units table (gpulab.outcomes.UNITS) does not name, or names differently here.
 JOB_UNITS = {"launch_unix": "s (Unix time)", "start_unix": "s (Unix time)",
              "end_unix": "s (Unix time)", "duration_s": "s", "calls": "count",
-             "gbps": "GB/s (read+write)"}
+             "gbps": "GB/s (read+write)",
+             "startup_s": "s (interpreter start to the first timed call)"}
+
+
+def _process_start() -> float:
+    """Unix time this job's interpreter started (its imports and set-up follow)."""
+    import psutil
+
+    return psutil.Process().create_time()
+
+
+class _Job:
+    """The job's device, buffers and kernel call, built with as little as the kernel needs: CuPy
+    where CuPy does the work (a RawKernel on a CUDA host), numpy on CPU. torch is imported only for
+    the ``torch`` kernel: its import alone was most of a 0.5 s job's start-up (issue 28)."""
+
+    def __init__(self, ctx, cfg: dict, n: int, seed: int):
+        dev = ctx.devices_config
+        self.device = _cupy_device(dev.get("backend", "auto"))
+        if self.device is None:
+            from gpulab.devices import cpu_devices
+
+            self.device = cpu_devices(int(dev.get("cpu_devices", 2)))[0]
+        self.variant = divide.kernel_for(self.device.kind, cfg["kernel"])
+        self.img = divide.make_image(n, seed=seed)
+        self.ref = divide.reference(self.img, cfg["divisor"])
+        div, block = cfg["divisor"], cfg["block"]
+        if self.device.kind == "cpu":
+            self.inp, self.out = self.img, np.uint8(255) - self.ref
+            self.call = divide.divider(self.variant, self.out, self.inp, div, block)
+            self.timer = None
+        elif self.variant in divide.RAW_VARIANTS:
+            import cupy as cp
+
+            with cp.cuda.Device(self.device.index):
+                self.inp, self.out = cp.asarray(self.img), cp.asarray(np.uint8(255) - self.ref)
+            self.call = _cupy_divider(self.variant, self.out, self.inp, self.device.index, div,
+                                      block)
+            self.timer = _cupy_timer(self.device.index)
+        else:  # the library kernel on CUDA: torch is the work
+            import torch
+
+            tdev = self.device.torch_device
+            self.inp = torch.from_numpy(self.img).to(tdev)
+            self.out = torch.from_numpy(np.uint8(255) - self.ref).to(tdev)
+            self.call = divide.divider(self.variant, self.out, self.inp, div, block)
+            self.timer = None
+            self._tdev = tdev
+
+    def measure(self, warmup: int, repeats: int) -> list[float]:
+        if self.timer is not None:
+            return self.timer(self.call, warmup, repeats)
+        tdev = getattr(self, "_tdev", None)
+        return list(timing.measure(self.call, warmup=warmup, repeats=repeats, device=tdev).samples)
+
+    def verified(self) -> bool:
+        out = self.out
+        if hasattr(out, "get"):  # CuPy
+            out = out.get()
+        elif hasattr(out, "cpu"):  # torch
+            out = out.cpu().numpy()
+        return bool(np.array_equal(out, self.ref))
+
+
+def _cupy_device(backend: str):
+    """This job's one CUDA device through CuPy (no torch), or None where there is none to use."""
+    from gpulab.devices import Device
+
+    if backend == "cpu":
+        return None
+    try:
+        import cupy as cp
+
+        count = cp.cuda.runtime.getDeviceCount()
+    except Exception:  # no CuPy, no driver, or CUDA_VISIBLE_DEVICES hides every GPU
+        count = 0
+    if count == 0:
+        if backend == "cuda":
+            raise RuntimeError("backend 'cuda' was requested but CuPy sees no CUDA GPU "
+                               f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})")
+        return None
+    props = cp.cuda.runtime.getDeviceProperties(0)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    return Device("cuda", 0, name, int(props["totalGlobalMem"]), visible[0] if visible else "0")
+
+
+def _cupy_divider(variant: str, out, inp, dev: int, div: int, block: int):
+    """``out = inp // div`` by the RawKernel ``variant`` on CuPy arrays, prepared up front."""
+    import cupy as cp
+
+    n = int(inp.size)
+    g = divide.geometry(n, divide.WIDTH[variant], block)
+    with cp.cuda.Device(dev):
+        kern = divide._raw_kernel(variant)
+    args = (inp, out, np.uint64(n), np.int32(divide.check_divisor(div)))
+
+    def call():
+        with cp.cuda.Device(dev):
+            kern((g.blocks,), (g.block,), args)
+
+    return call
+
+
+def _cupy_timer(dev: int):
+    """Times calls with CUDA events on CuPy's current stream (what timing.measure does with
+    torch's): ``warmup`` untimed calls, then one event pair per call."""
+    import cupy as cp
+
+    def measure(fn, warmup: int, repeats: int) -> list[float]:
+        with cp.cuda.Device(dev):
+            for _ in range(warmup):
+                fn()
+            cp.cuda.get_current_stream().synchronize()
+            samples = []
+            for _ in range(repeats):
+                start, end = cp.cuda.Event(), cp.cuda.Event()
+                start.record()
+                fn()
+                end.record()
+                end.synchronize()
+                samples.append(cp.cuda.get_elapsed_time(start, end) / 1e3)
+        return samples
+
+    return measure
 
 
 def run_job(ctx, index: int) -> results.Result:
     """One independent job: the kernel on this job's single device for ``jobs.seconds``."""
-    import psutil
-    import torch
-
     cfg, jc = ctx.config, ctx.config["jobs"]
-    launch = psutil.Process().create_time()  # the job's interpreter started (imports follow)
+    launch = _process_start()
     start = time.time()
-    device = ctx.devices(limit=1)[0]
-    divide.one_thread_per_cpu_device(device.kind)
-    variant = divide.kernel_for(device.kind, cfg["kernel"])
     n = int(jc["bytes"])
-    img = divide.make_image(n, seed=1000 + index)
-    ref = divide.reference(img, cfg["divisor"])
-    inp = torch.from_numpy(img).to(device.torch_device)
-    out = torch.from_numpy(np.uint8(255) - ref).to(device.torch_device)
-    fn = divide.divider(variant, out, inp, cfg["divisor"], cfg["block"])
-    tdev = device.torch_device if device.kind == "cuda" else None
+    job = _Job(ctx, cfg, n, seed=1000 + index)
+    device, variant = job.device, job.variant
     samples: list[float] = []
     t_kernel = time.time()
+    # Start-up: interpreter start to the first timed call (imports, device, buffers, compile).
+    startup = t_kernel - launch
     # Keep the device busy long enough that overlapping jobs are visible in their intervals.
     while not samples or time.time() - t_kernel < float(jc["seconds"]):
-        samples += timing.measure(fn, warmup=1, repeats=cfg["repeats"], device=tdev).samples
-    verified = bool(np.array_equal(out.cpu().numpy(), ref))
+        samples += job.measure(warmup=1, repeats=cfg["repeats"])
+    verified = job.verified()
     end = time.time()
     st = timing.summarize(samples)
     ids = os.environ.get(slots.IDS_ENV, "")
@@ -57,10 +173,11 @@ def run_job(ctx, index: int) -> results.Result:
     row = {"job": index, "device_ids": ids, "cuda_visible_devices": visible or "",
            "device": device.label, "device_name": device.name, "kernel": variant, "bytes": n,
            "launch_unix": launch, "start_unix": start, "end_unix": end,
-           "duration_s": end - start, "calls": len(samples),
+           "duration_s": end - start, "startup_s": startup, "calls": len(samples),
            "gbps": 2 * n / st.median / 1e9, "verified": verified, "pid": os.getpid()}
     r = ctx.new_result(device.kind, job_index=index, cuda_visible_devices=str(visible),
                        host_gpu_pool=slots.pool_ids(), start_unix=start, end_unix=end,
+                       startup_s=startup,
                        note="" if ids else "no GPU ids: this job ran on a CPU host (CPU kernel)")
     job_df = pd.DataFrame([row])
     r.add_table("job", job_df, units=outcomes.units_for(job_df, JOB_UNITS))

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from gpulab import config as cfgmod
-from gpulab import launch, outcomes
+from gpulab import launch, outcomes, phases
 from gpulab.outcomes import Bar, Check
 from gpulab.stage import StageContext
 from gpulab.train import tables
@@ -73,7 +73,9 @@ def run(ctx: StageContext):
 
             # nn.DataParallel runs NCCL in this process: it gets the workers' environment.
             launch.apply_safe_env(ctx.devices_config)
-            out = single.run_single(cfg, _digits(ctx), devices)
+            digits = _digits(ctx)
+            with phases.phase("single-process sweep"):
+                out = single.run_single(cfg, digits, devices)
             _add(res, "throughput", out["throughput"])
             _add(res, "loss_curve", out["loss_curve"])
             checks += out["checks"]
@@ -130,8 +132,10 @@ def _launch(ctx, mode, cfg, n) -> list[dict]:
     node = launch.NodeSpec.from_config(ctx.devices_config.get("nodes"))
     log.info("train/%s: %d rank(s) on node %d of %d", mode, n, node.node_rank, node.nnodes)
     # Multi-node: the ranks of every node, gathered on node 0, which alone writes the result.
-    return launch.run_workers(WORKER, payload, nproc=n, node=node,
-                              multicast=launch.multicast_allowed(ctx.devices_config))
+    # The ranks' own start-up (torchrun, imports, process groups) is inside this phase.
+    with phases.phase(f"{mode} ranks (launch and run)"):
+        return launch.run_workers(WORKER, payload, nproc=n, node=node,
+                                  multicast=launch.multicast_allowed(ctx.devices_config))
 
 
 def _digits(ctx):
@@ -140,7 +144,8 @@ def _digits(ctx):
     path = ctx.extra.get("data")
     if not path:
         raise SystemExit("train: --data <digits.h5> is required for this variant")
-    return data.open_digits(Path(path))
+    with phases.phase("training set load", phases.SETUP):
+        return data.open_digits(Path(path))
 
 
 def _add(res, name: str, rows: list[dict]):

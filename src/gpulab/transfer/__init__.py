@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from gpulab import config as cfgmod
-from gpulab import outcomes, results
+from gpulab import outcomes, phases, results
 from gpulab.transfer import bars, hostmem, malloc, matrices, seedref
 from gpulab.transfer.measure import CONVENTIONS, MAX_QUEUED, ROW_UNITS
 
@@ -127,8 +127,13 @@ def run(ctx):
     result = ctx.new_result(kind, conventions=CONVENTIONS, device_count=n,
                             device_names=[d.name for d in devices])
     log.info("transfer: %d %s device(s)", n, kind)
-    _host_memory(result, cfg)
-    peer_pairs, bar_rows, check_rows = (_gpu if kind == "cuda" else _cpu)(result, cfg, n)
+    with phases.phase("host memory copies"):
+        _host_memory(result, cfg)
+    if kind == "cuda":  # its isolated processes record their own phases
+        peer_pairs, bar_rows, check_rows = _gpu(result, cfg, n)
+    else:
+        with phases.phase("CPU virtual-device matrices"):
+            peer_pairs, bar_rows, check_rows = _cpu(result, cfg, n)
     check_rows += bars.copy_checks({k: result.tables.get(k) for k in ("host_memcpy", "host_threads")})
     result.add_table(outcomes.BARS, outcomes.bars_frame(bar_rows))
     checks = outcomes.checks_frame(check_rows)

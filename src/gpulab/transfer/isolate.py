@@ -8,15 +8,29 @@ raw runtime calls on raw pointers, guarantees no earlier phase (or library) enab
 from __future__ import annotations
 
 import multiprocessing
+import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Callable
 
-from gpulab import lifetime
+from gpulab import lifetime, phases
+
+
+def _timed(fn: Callable[..., Any], args, kwargs) -> tuple[float, float, Any]:
+    """In the child: (its start-up until here: spawn, imports; ``fn``'s own seconds; its value)."""
+    startup = phases.process_age()
+    t0 = time.perf_counter()
+    value = fn(*args, **kwargs)
+    return startup, time.perf_counter() - t0, value
 
 
 def run_isolated(fn: Callable[..., Any], *args, **kwargs) -> Any:
-    """``fn(*args, **kwargs)`` in a new spawned process; its exception is re-raised here."""
+    """``fn(*args, **kwargs)`` in a new spawned process; its exception is re-raised here. The job
+    log and phases get the process's start-up (set-up) and its work (measurement) apart."""
+    name = getattr(fn, "__name__", "isolated")
     # die_with_parent: a killed stage must not leave this process holding a CUDA context.
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
                              initializer=lifetime.die_with_parent) as ex:
-        return ex.submit(fn, *args, **kwargs).result()
+        startup, work, value = ex.submit(_timed, fn, args, kwargs).result()
+    phases.record(f"{name}: process start-up (spawn, imports)", startup, phases.SETUP)
+    phases.record(name, work, phases.MEASUREMENT)
+    return value

@@ -1,0 +1,224 @@
+"""Code inputs by static analysis: the files of ``gpulab`` a job's code is made of.
+
+A job's code is its script and every ``gpulab`` module it imports (``ast``, lazy imports inside
+functions included), plus the package data files those modules read (``limits.yaml``, schemas,
+reference tables). gpulab.workflow makes them the code inputs of each rule, so editing any of them
+reruns exactly the jobs whose code reaches it. Nothing is imported: files are parsed, once each.
+"""
+from __future__ import annotations
+
+import ast
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from gpulab import stages as registry
+
+PACKAGE = "gpulab"
+# Files of the package that are not code a job reads.
+_NOT_DATA = {"README.md"}
+
+
+def module_file(module: str, src: Path) -> Path | None:
+    """The source file of ``module`` (dotted, under ``src``): ``a/b.py`` or ``a/b/__init__.py``."""
+    return _module_file(module, Path(src).resolve())
+
+
+@functools.lru_cache(maxsize=None)
+def _module_file(module: str, src: Path) -> Path | None:
+    base = Path(src, *module.split("."))
+    for f in (base.with_suffix(".py"), base / "__init__.py"):
+        if f.is_file():
+            return f
+    return None
+
+
+def module_name(path: Path, src: Path) -> str:
+    rel = Path(path).resolve().relative_to(Path(src).resolve()).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def _parents(module: str) -> list[str]:
+    """``gpulab.a.b`` -> [``gpulab``, ``gpulab.a``]: importing a module runs its packages first."""
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _absolute(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    if not node.level:
+        return node.module or ""
+    base = module.split(".")
+    if not is_package:
+        base = base[:-1]
+    base = base[:len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+@dataclass(frozen=True)
+class _Facts:
+    """What one file's syntax tree says: the ``gpulab`` modules it imports and the string constants
+    of its code (docstrings left out: they cite files rather than read them), everywhere and at
+    module level alone (outside function bodies: what importing the module runs)."""
+
+    imports: frozenset
+    top_imports: frozenset
+    strings: frozenset
+    top_strings: frozenset
+
+
+def _facts_of(path: Path, src: Path) -> _Facts:
+    path = Path(path).resolve()
+    return _facts(path, Path(src).resolve(), path.stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=None)
+def _facts(path: Path, src: Path, mtime_ns: int) -> _Facts:
+    # One walk per file, cached (parsing every module again per stage made parsing slow).
+    tree = ast.parse(path.read_text(), filename=str(path))
+    module = module_name(path, src) if _under(path, src) else ""
+    is_package = path.name == "__init__.py"
+    found: dict[str, set] = {"all": set(), "top": set()}
+    strings: dict[str, set] = {"all": set(), "top": set()}
+
+    def visit(node, top: bool):
+        body = getattr(node, "body", None)
+        skip = None
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(body[0].value, ast.Constant) and isinstance(
+                    node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            skip = body[0].value  # the docstring
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            top = False
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            pkg = _absolute(node, module, is_package)
+            # `from pkg import mod` runs pkg as a parent package only; `from pkg import name`
+            # (a function, a class, or *) uses pkg itself.
+            subs = [f"{pkg}.{a.name}" for a in node.names if a.name != "*"]
+            mods = [m for m in subs if module_file(m, src) is not None]
+            names = mods + ([pkg] if len(mods) < len(node.names) else [])
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            strings["all"].add(node.value)
+            if top:
+                strings["top"].add(node.value)
+        for n in names:
+            found["all"].add(n)
+            if top:
+                found["top"].add(n)
+        for child in ast.iter_child_nodes(node):
+            if child is not skip:
+                visit(child, top)
+
+    visit(tree, True)
+
+    def ours(names):
+        return frozenset(n for n in names if (n == PACKAGE or n.startswith(PACKAGE + "."))
+                         and module_file(n, src) is not None)
+
+    return _Facts(ours(found["all"]), ours(found["top"]), frozenset(strings["all"]),
+                  frozenset(strings["top"]))
+
+
+def imports_of(path: Path, src: Path, top_only: bool = False) -> set[str]:
+    """The ``gpulab`` modules that the file at ``path`` imports, anywhere in it (a lazy import
+    inside a function is still code the job may run), or with ``top_only`` at module level only.
+    ``from pkg import name`` counts ``pkg.name`` where that is a module, else ``pkg``."""
+    f = _facts_of(path, src)
+    return set(f.top_imports if top_only else f.imports)
+
+
+def _under(path: Path, root: Path) -> bool:
+    try:
+        Path(path).resolve().relative_to(Path(root).resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def _strings(path: Path, src: Path, top_only: bool = False) -> frozenset:
+    f = _facts_of(path, src)
+    return f.top_strings if top_only else f.strings
+
+
+@functools.lru_cache(maxsize=None)
+def _package_data(src: Path) -> tuple[Path, ...]:
+    root = Path(src, PACKAGE)
+    return tuple(sorted(p.resolve() for p in root.rglob("*") if p.is_file()
+                        and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts
+                        and p.name not in _NOT_DATA))
+
+
+def package_data(src: Path) -> list[Path]:
+    """Every data file shipped inside the package (not Python, not caches, not READMEs)."""
+    return list(_package_data(Path(src).resolve()))
+
+
+def _stage_dir(path: Path, src: Path) -> str | None:
+    """The stage package a file lies in (its first folder under gpulab/ when that is a stage)."""
+    parts = Path(path).resolve().relative_to(Path(src, PACKAGE).resolve()).parts
+    return parts[0] if len(parts) > 1 and parts[0] in registry.STAGES else None
+
+
+def data_read_by(path: Path, src: Path, data: Iterable[Path], top_only: bool = False) -> set[Path]:
+    """The package data files a module names in its code: a string constant that is the file's name,
+    a path ending in it, or a suffix its name ends with (``.schema.yaml``; a bare extension such as
+    ``.yaml`` names no file), for a file in the module's folder or below. Another stage's files are
+    that stage's own: a registry module that builds ``<stage>/schema.yaml`` from a stage name does
+    not make every stage read every schema."""
+    path, src = Path(path).resolve(), Path(src).resolve()
+    here, own_stage = path.parent, _stage_dir(path, src)
+    strings = [s for s in _strings(path, src, top_only) if "." in s and 4 <= len(s) <= 200 and "\n" not in s]
+    out = set()
+    for f in data:
+        f = Path(f).resolve()
+        if not f.is_relative_to(here) or _stage_dir(f, src) not in (None, own_stage):
+            continue
+        if any(s == f.name or s.endswith("/" + f.name)
+               or (s.startswith(".") and s.count(".") > 1 and f.name.endswith(s)) for s in strings):
+            out.add(f)
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _package_data_read_by(path: Path, src: Path, mtime_ns: int, top_only: bool) -> frozenset:
+    return frozenset(data_read_by(path, src, _package_data(src), top_only))
+
+
+def code_closure(roots: Iterable[Path], src: Path) -> list[Path]:
+    """``roots`` (files) and every ``gpulab`` module and package data file they reach.
+
+    A module imported by name counts whole (its functions' lazy imports too: which of them a job
+    calls is not known statically). A package run only because a module inside it is imported
+    (``gpulab.data`` for ``gpulab.data.api``) counts by its module-level code alone: its functions
+    run only when called through it, and then it is imported by name. So the training stage, which
+    imports ``gpulab.data.api``, does not depend on the data benchmark that ``gpulab.data.run``
+    imports lazily."""
+    src = Path(src).resolve()
+    mode: dict[Path, bool] = {}  # file -> followed whole (True) or module level only (False)
+    todo = [(Path(r).resolve(), True) for r in roots]
+    while todo:
+        f, whole = todo.pop()
+        if f in mode and (mode[f] or not whole):
+            continue
+        mode[f] = whole
+        if f.suffix != ".py" or not _under(f, src):
+            if f.suffix == ".py":  # a script outside the package: its imports, whole
+                todo += [(mf, True) for n in imports_of(f, src) if (mf := module_file(n, src))]
+                todo += [(mf, False) for n in imports_of(f, src) for p in _parents(n)
+                         if (mf := module_file(p, src))]
+            continue
+        names = imports_of(f, src, top_only=not whole)
+        for n in names:
+            if (mf := module_file(n, src)) is not None:
+                todo.append((mf.resolve(), True))
+        for n in [*names, module_name(f, src)]:
+            todo += [(mf.resolve(), False) for p in _parents(n) if (mf := module_file(p, src))]
+    files = set(mode)
+    for f, whole in mode.items():
+        if f.suffix == ".py" and _under(f, src):
+            files |= _package_data_read_by(f, src, f.stat().st_mtime_ns, not whole)
+    return sorted(files)

@@ -1,0 +1,60 @@
+"""Per-phase wall times of a job (issue 28): set-up apart from measurement, in the log and result."""
+import json
+import logging
+import time
+
+import pytest
+
+from gpulab import phases, results
+from gpulab.stage import stage_main
+
+
+def _work():
+    time.sleep(0.05)
+    return 42
+
+
+def test_recorder_logs_and_totals(caplog):
+    rec = phases.start("demo")
+    with caplog.at_level(logging.INFO, logger="gpulab.phases"):
+        with phases.phase("load", phases.SETUP):
+            time.sleep(0.01)
+        with phases.phase("measure"):
+            time.sleep(0.02)
+    assert [r["phase"] for r in rec.rows] == ["load", "measure"]
+    t = rec.totals()
+    assert t[phases.SETUP] >= 0.01 and t[phases.MEASUREMENT] >= 0.02
+    assert "demo: phase load (set-up)" in caplog.text and "phase measure (measurement)" in caplog.text
+    with pytest.raises(ValueError, match="phase kind"):
+        rec.record("x", 1.0, "warm-up")
+
+
+def test_a_stage_result_lists_its_phases(tmp_path):
+    def run(ctx):
+        ctx.devices()
+        with phases.phase("the benchmark"):
+            time.sleep(0.02)
+        return ctx.new_result("cpu")
+
+    out = tmp_path / "r.h5"
+    cfg = json.dumps({"stage": {}, "devices": {"backend": "cpu", "cpu_devices": 1},
+                      "validated": True})
+    assert stage_main("probe", run, argv=["--config-json", cfg, "--out", str(out)]) == 0
+    a = results.read_attrs(out)
+    got = {r["phase"]: r for r in a["phases"]}
+    assert got["start-up (interpreter start, imports)"]["kind"] == phases.SETUP
+    assert got["device discovery"]["kind"] == phases.SETUP
+    assert got["the benchmark"]["kind"] == phases.MEASUREMENT
+    assert got["the benchmark"]["seconds"] >= 0.02 and a["run_s"] >= 0.02
+
+
+def test_an_isolated_process_reports_its_start_up_apart_from_its_work():
+    from gpulab.transfer.isolate import run_isolated
+
+    rec = phases.start("transfer")
+    assert run_isolated(_work) == 42
+    (startup, work) = rec.rows
+    assert startup["phase"] == "_work: process start-up (spawn, imports)"
+    assert startup["kind"] == phases.SETUP and startup["seconds"] > 0
+    assert work["phase"] == "_work" and work["kind"] == phases.MEASUREMENT
+    assert work["seconds"] >= 0.05
