@@ -3,7 +3,8 @@
 # Included from the Snakefile after the stage rule files and before report.smk, because it
 # narrows STAGE_RESULTS (what rule all and the report ask for) to the enabled stages.
 FLEET = config["fleet"]
-HEALTH_STAGES = ["probe", "transfer", "collectives", "gemm"]
+# The stages whose StageSpec names a health variant (gpulab.stages.health_stages).
+HEALTH_STAGES = gpulab_stages.health_stages()
 
 
 
@@ -53,11 +54,10 @@ if FLEET_NODES:
             + " && ".join(fleet_node_cmd(s) for s in HEALTH_STAGES)
             + " ) 2>&1 | tee {log}"
 
-    # A listed node that is also this host: its own job, not the per-stage rules.
-    ruleorder: health_node > probe
-    ruleorder: health_node > transfer
-    ruleorder: health_node > collectives_variant
-    ruleorder: health_node > gemm
+    # A listed node that is also this host: its own job, not the per-stage rules (the job rule of
+    # a stage with variants is `<stage>_variant`, see stages.smk).
+    for _s in HEALTH_STAGES:
+        workflow.ruleorder("health_node", f"{_s}_variant" if gpulab_stages.get(_s).has_variants else _s)
 
 
 # `snakemake fleet`: the fleet view as text (the report shows it with a heatmap).

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 
-from gpulab.probe import nvsmi
+from gpulab.probe import nodestate, nvsmi
 
 
 def _s(x) -> str:
@@ -104,6 +104,7 @@ def gpu_info() -> list[dict]:
     if not torch.cuda.is_available():
         return []
     gpus = []
+    own = _own_pids()
     with _nvml() as nv:
         for i in range(torch.cuda.device_count()):
             p = torch.cuda.get_device_properties(i)
@@ -120,10 +121,20 @@ def gpu_info() -> list[dict]:
                 h = _nvml_handle_for_bus(nv, g["pci_bus_id"])
                 if h is not None:
                     g.update(_nvml_details(nv, h))
+                    g.update(nodestate.gpu_state(nv, h, own))
                     g["nvlinks_nvml"] = _nvml_nvlinks(nv, h)
             g.setdefault("numa_node", _sysfs_numa(g["pci_bus_id"]))
             gpus.append(g)
     return gpus
+
+
+def _own_pids() -> set[int]:
+    try:
+        return nodestate.own_pids()
+    except ImportError:  # psutil missing: at least this process is ours
+        import os
+
+        return {os.getpid()}
 
 
 def _pci_bus_id(i: int) -> str:
