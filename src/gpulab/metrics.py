@@ -91,9 +91,20 @@ def _probe_models(files: list[tuple[Path, dict]]) -> dict[str, list[str]]:
     return out
 
 
-def collect(files: Iterable[str | Path]) -> pd.DataFrame:
-    """Every metric sample of the given result files (columns :data:`COLUMNS`)."""
+def folder_label(path: str | Path, stage: str) -> str:
+    """The host label a result's place names: results/<stage>/<label>/<variant>.h5, or
+    results/probe/<label>.h5 (a result folder copied under another label keeps its file's host)."""
+    p = Path(path)
+    return p.stem if p.parent.name == stage else p.parent.name
+
+
+def collect(files: Iterable[str | Path], by_folder: bool = False) -> pd.DataFrame:
+    """Every metric sample of the given result files (columns :data:`COLUMNS`). ``by_folder``: each
+    file's host is the label of the folder it lies in, not the host recorded in it (the fleet view
+    names the two when they differ)."""
     readable = list(results.with_attrs(files, "metrics"))
+    if by_folder:
+        readable = [(f, {**a, "host": folder_label(f, str(a["stage"]))}) for f, a in readable]
     probe_models = _probe_models(readable)
     fns = extractors()
     out: list[dict] = []

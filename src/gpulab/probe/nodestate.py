@@ -147,3 +147,20 @@ def checks(gpus: list[dict]) -> list[Check]:
             out.append(Check.of(CHECK_REPAIRS, case, not bad, value=len(bad), bound=0,
                                 note=(f"{', '.join(bad)}: reset the GPU before measuring" if bad else "")))
     return out
+
+
+def failures(files, host: str | None = None) -> list[tuple[str, str, str, str]]:
+    """(host, check, case, note) of every failed node-state check in the probe results among
+    ``files`` (of ``host`` only, where given)."""
+    from gpulab import results
+
+    out = []
+    for f, a in results.with_attrs(files, "nodestate"):
+        if a.get("stage") != "probe" or (host and str(a.get("host")) != host):
+            continue
+        if "checks" not in results.list_contents(f)["tables"]:
+            continue
+        c = results.read_table(f, "checks")
+        bad = c[c["check"].astype(str).str.startswith("node state") & (c["verdict"] == "fail")]
+        out += [(str(a.get("host")), str(r.check), str(r.case), str(r.note)) for r in bad.itertuples()]
+    return out
