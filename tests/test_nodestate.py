@@ -189,3 +189,23 @@ def test_compare_fails_on_a_foreign_process_naming_it(tmp_path, capsys):
     assert "pid 31337" in out and "health verdict: FAIL" in out and nodestate.UNTRUSTWORTHY in out
     row = [ln for ln in out.splitlines() if "probe/gpu=0/foreign_processes" in ln]
     assert row and row[0].rstrip().endswith("regression")
+
+
+def test_node_state_is_read_through_pynvml_by_bus_id(monkeypatch):
+    """The probe's own path: pynvml imported, every GPU by index, keyed by the PCI bus id as the
+    CUDA runtime spells it, a tenant found."""
+    import sys
+
+    from gpulab.probe import gpus
+
+    fake = FakeNvml(procs=[(4243, 1 << 30)], reasons=0x40)
+    mod = types.SimpleNamespace(
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: 1,
+        nvmlDeviceGetHandleByIndex=lambda i: ("h", i),
+        nvmlDeviceGetPciInfo=lambda h: types.SimpleNamespace(busId=b"00000000:19:00.0"),
+        **{k: getattr(fake, k) for k in dir(FakeNvml) if k.startswith("nvml")})
+    monkeypatch.setitem(sys.modules, "pynvml", mod)
+    state = gpus.node_state_by_bus({os.getpid()})
+    st = state[gpus._bus_key("0000:19:00.0")]
+    assert st["foreign_processes"] == 1 and st["foreign"][0]["pid"] == 4243
+    assert "hw_thermal_slowdown" in st["slowdown_reasons"]

@@ -69,6 +69,11 @@ def _process_name(nv, pid: int) -> str:
     with contextlib.suppress(Exception):
         import psutil
 
+        if not psutil.pid_exists(pid):
+            return "not visible from this PID namespace (NVML lists host PIDs in a container)"
+    with contextlib.suppress(Exception):
+        import psutil
+
         return " ".join(psutil.Process(pid).cmdline()[:3])[:120] or psutil.Process(pid).name()
     with contextlib.suppress(Exception):
         n = nv.nvmlSystemGetProcessName(pid)
