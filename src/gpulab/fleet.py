@@ -198,9 +198,7 @@ def _probe_facts(files) -> dict[str, dict]:
         pk = a.get("packages") or {}
         if isinstance(pk, dict):
             facts["versions"].update({k: str(pk[k]) for k in VERSION_KEYS if pk.get(k) not in (None, "None")})
-        if a.get("stage") != "probe":
-            continue
-        tabs = results.list_contents(f)["tables"]
+        tabs = results.list_contents(f)["tables"]  # host/software/gpus: the probe's tables
         if "software" in tabs:
             sw = results.read_table(f, "software").set_index("package")["version"]
             facts["versions"].update({k: str(sw[k]) for k in VERSION_KEYS
