@@ -75,34 +75,41 @@ def warm_up(fn, device: torch.device, max_s: float) -> tuple[float, bool, float,
 
 def measure(devices: list[torch.device], size: int, precs, seconds: float, repeats: int,
             warmup_max_s: float, seed: int) -> list[dict]:
-    """One row per (device, precision): per-call seconds of each ``seconds``-long sample."""
+    """One row per (device, precision): per-call seconds of each ``seconds``-long sample. Each GPU
+    is measured under ``torch.cuda.device(d)``, so its events and calls land on its own stream."""
     rows = []
     for idx, dev in enumerate(devices):
         ctx = torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext()
         with ctx:
-            a32, b32 = numerics.random_inputs(size, size, size, seed, dev)
-            for prec in precs:
-                a, b = a32.to(prec.dtype), b32.to(prec.dtype)
-                out = torch.empty(size, size, dtype=prec.dtype, device=dev)
-                with numerics.matmul_mode(prec):
-                    def fn():
-                        return torch.matmul(a, b, out=out)
-
-                    t_call, stable, warm_s, clock = warm_up(fn, dev, warmup_max_s)
-                    n = max(1, math.ceil(seconds / t_call))
-                    per_call = [_batch_s(fn, n, dev) / n for _ in range(repeats)]
-                    clock_end = _clock_mhz(dev)
-                per_call.sort()
-                med = per_call[len(per_call) // 2]
-                rows.append({
-                    "gpu": idx, "M": size, "N": size, "K": size, "dtype": prec.name,
-                    "calls_per_sample": n, "sample_s": n * med, "warmup_s": warm_s,
-                    "warmup_stable": stable, "sm_clock_mhz_start": clock, "sm_clock_mhz_end": clock_end,
-                    "tflops_median": numerics.tflops(size, size, size, med),
-                    "time_s_samples": json.dumps([float(f"{x:.6g}") for x in per_call]),
-                })
-                del a, b, out
-            del a32, b32
+            rows += on_device(idx, dev, size, precs, seconds, repeats, warmup_max_s, seed)
         if dev.type == "cuda":
             torch.cuda.empty_cache()
+    return rows
+
+
+def on_device(idx: int, dev: torch.device, size: int, precs, seconds: float, repeats: int,
+              warmup_max_s: float, seed: int) -> list[dict]:
+    rows = []
+    a32, b32 = numerics.random_inputs(size, size, size, seed, dev)
+    for prec in precs:
+        a, b = a32.to(prec.dtype), b32.to(prec.dtype)
+        out = torch.empty(size, size, dtype=prec.dtype, device=dev)
+        with numerics.matmul_mode(prec):
+            def fn():
+                return torch.matmul(a, b, out=out)
+
+            t_call, stable, warm_s, clock = warm_up(fn, dev, warmup_max_s)
+            n = max(1, math.ceil(seconds / t_call))
+            per_call = [_batch_s(fn, n, dev) / n for _ in range(repeats)]
+            clock_end = _clock_mhz(dev)
+        med = sorted(per_call)[len(per_call) // 2]
+        rows.append({
+            "gpu": idx, "M": size, "N": size, "K": size, "dtype": prec.name,
+            "calls_per_sample": n, "sample_s": n * med, "warmup_s": warm_s,
+            "warmup_stable": stable, "sm_clock_mhz_start": clock, "sm_clock_mhz_end": clock_end,
+            "tflops_median": numerics.tflops(size, size, size, med),
+            # in measurement order, for baselines and the fleet view
+            "time_s_samples": json.dumps([float(f"{x:.6g}") for x in per_call]),
+        })
+        del a, b, out
     return rows
