@@ -104,12 +104,12 @@ if BASELINE:
         output:
             BASELINE_JSON,
         params:
-            py=PY, name=BASELINE, host=HOST, tolerance=FLEET["tolerance"],
+            py=PY, name=BASELINE, host=HOST, tolerance=FLEET["tolerance"], k=FLEET["spread_k"],
         log:
             f"results/logs/baseline/{HOST}/json.log",
         shell:
             "{params.py} -m gpulab.cli compare {params.name} --results-dir results --host {params.host} "
-            "--tolerance {params.tolerance} --json {output} --exit-zero --changes-only 2>&1 | tee {log}"
+            "--tolerance {params.tolerance} --k {params.k} --json {output} --exit-zero --changes-only 2>&1 | tee {log}"
 
     # `snakemake compare --config 'fleet={"baseline": "NAME"}'`: fails on a regression (cron, CI).
     # No output, so it runs every time it is asked for.
@@ -117,12 +117,12 @@ if BASELINE:
         input:
             BASELINE_JSON,
         params:
-            py=PY, name=BASELINE, host=HOST, tolerance=FLEET["tolerance"],
+            py=PY, name=BASELINE, host=HOST, tolerance=FLEET["tolerance"], k=FLEET["spread_k"],
         log:
             f"results/logs/baseline/{HOST}/compare.log",
         shell:
             "{params.py} -m gpulab.cli compare {params.name} --results-dir results --host {params.host} "
-            "--tolerance {params.tolerance} 2>&1 | tee {log}"
+            "--tolerance {params.tolerance} --k {params.k} 2>&1 | tee {log}"
 
 else:
     _NO_BASELINE = ("gpulab: name the baseline: --config 'fleet={\"baseline\": \"NAME\"}' "
