@@ -10,7 +10,6 @@ import os
 import types
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from gpulab.probe import nodestate
