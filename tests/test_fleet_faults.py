@@ -115,6 +115,11 @@ def test_baseline_of_three_runs_stores_the_run_to_run_spread(tmp_path, capsys):
     assert cli.main(["baseline", "save", "ref", "--add", "--results-dir", str(runs[2]),
                      "--baselines-dir", str(bdir)]) == 0
     assert "3 run(s)" in capsys.readouterr().out
+    # the other spellings: several folders at once, and --add naming its folders
+    assert cli.main(["baseline", "save", "ref2", str(runs[0]), "--baselines-dir", str(bdir)]) == 0
+    assert cli.main(["baseline", "save", "ref2", "--add", str(runs[1]), str(runs[2]),
+                     "--baselines-dir", str(bdir)]) == 0
+    assert "3 run(s)" in capsys.readouterr().out.splitlines()[-1]
     doc = bl.load("ref", bdir)
     e = doc["metrics"]["gemm/single/fp32/768x768x768"]
     assert len(e["runs"]) == 3 and e["n"] == 15 and e["cls"] == metmod.GATING

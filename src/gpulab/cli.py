@@ -58,8 +58,9 @@ def parser() -> argparse.ArgumentParser:
     _common(s)
     _baselines_dir(s)
     s.add_argument("--force", action="store_true", help="replace an existing baseline file")
-    s.add_argument("--add", action="store_true",
-                   help="add the run(s) to the existing baseline NAME instead of writing a new one")
+    s.add_argument("--add", nargs="*", type=Path, default=None, metavar="RUN",
+                   help="add these results folders (none named: --results-dir) to the existing "
+                        "baseline NAME as more runs, instead of writing a new one")
     sh = bsub.add_parser("show", help="list a baseline's metrics")
     sh.add_argument("name")
     _baselines_dir(sh)
@@ -124,10 +125,11 @@ def format_table(df, changes_only: bool = False) -> str:
 
 def cmd_baseline(args) -> int:
     if args.action == "save":
-        runs = args.runs or [args.results_dir]
-        if args.add:
+        if args.add is not None:
+            runs = list(args.runs) + list(args.add) or [args.results_dir]
             path = bl.add(runs, args.name, args.baselines_dir, args.host)
         else:
+            runs = args.runs or [args.results_dir]
             path = bl.save(runs, args.name, args.baselines_dir, args.host, args.force)
         doc = bl.load(path)
         print(f"wrote {path}: {len(doc['metrics'])} metrics of host {doc['host']} ({doc['group']}), "
