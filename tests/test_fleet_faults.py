@@ -3,6 +3,7 @@ a baseline must respect. Fixture data: these run in seconds and never skip for a
 real measured fleet is tests/test_fleet.py."""
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -182,3 +183,80 @@ def test_an_informational_regression_alone_never_fails(tmp_path, capsys):
     info = [ln for ln in out.splitlines() if " info " in ln and ln.rstrip().endswith("regression")]
     assert info, out  # shown...
     assert "health verdict: PASS" in out  # ...and never fails
+
+
+# ---------------------------------------------------------------- one real measured fleet
+
+CGROUP_CPU = Path("/sys/fs/cgroup/cpu")  # cgroup v1 cpu controller (threads can be moved singly)
+
+
+class CpuQuota:
+    """A CPU quota (cgroup cpu.cfs_quota_us) on the calling thread while inside: the degraded
+    host's jobs "capped by a cgroup", independent of what else the machine runs."""
+
+    def __init__(self, fraction: float):
+        import os
+
+        self.dir = CGROUP_CPU / f"gpulab-test-{os.getpid()}"
+        self.dir.mkdir(exist_ok=True)
+        (self.dir / "cpu.cfs_period_us").write_text("100000")
+        (self.dir / "cpu.cfs_quota_us").write_text(str(int(100000 * fraction)))
+
+    def __enter__(self):
+        import threading
+
+        self.tid = threading.get_native_id()
+        (self.dir / "tasks").write_text(str(self.tid))
+
+    def __exit__(self, *exc):
+        (CGROUP_CPU / "tasks").write_text(str(self.tid))
+
+    def remove(self):
+        self.dir.rmdir()
+
+
+@pytest.mark.timeout(180)
+def test_a_real_interleaved_fleet_flags_only_the_degraded_host(tmp_path):
+    """Real measurements on this (shared) machine: five labelled hosts measure the GEMM stage's own
+    single-device path in turns, round by round, so whatever else the machine does hits every host
+    alike; 'sick' measures with a cgroup CPU quota of 2 % of a core on its thread (a host whose
+    jobs are capped). The fleet view must flag it, and only it. Compared within this one run, so
+    other tenants of the machine do not make it skip."""
+    import json
+    import os
+
+    import torch
+
+    from gpulab.gemm import numerics, single
+
+    try:
+        quota = CpuQuota(0.02)
+    except OSError as exc:
+        pytest.skip(f"no writable cgroup v1 cpu controller at {CGROUP_CPU}: {exc}")
+    hosts = ["r1", "r2", "sick", "r3", "r4"]
+    times: dict[str, list[float]] = {h: [] for h in hosts}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the GEMM on this thread only: the quota covers all of it
+    try:
+        for rnd in range(7):
+            for h in hosts:
+                with quota if h == "sick" else contextlib.nullcontext():
+                    (row,) = single.baseline(torch.device("cpu"), [[512, 512, 512]],
+                                             [numerics.precision("fp32")], 1, 1, rnd)
+                times[h] += json.loads(row["time_s_samples"])
+    finally:
+        torch.set_num_threads(threads)
+        quota.remove()
+    for h in hosts:
+        r = results.Result("gemm", "main", {}, "cpu")
+        r.add_table("single", pd.DataFrame([{"M": 512, "N": 512, "K": 512, "dtype": "fp32",
+                                             "time_s_samples": json.dumps(times[h])}]))
+        os.environ["GPULAB_HOST"] = h
+        try:
+            results.write(r, tmp_path / "gemm" / h / "main.h5")
+        finally:
+            del os.environ["GPULAB_HOST"]
+    samples, hy = fl.prepare(results.find_results(tmp_path))
+    assert not hy.duplicates and samples.groupby("host").size().min() == 7
+    dev = fl.deviations(samples, CPU_FLEET)
+    assert fl.flagged_hosts(dev) == {GROUP: ["sick"]}, (fl.format_text(dev, CPU_FLEET), times)
