@@ -63,8 +63,10 @@ def _per_device(cfg: dict, devices, kind: str, dev0, skipped: list) -> list[dict
     precs, why = supported({"dtypes": dtypes}, dev0)
     skipped += [NotApplicable(f"per-device GEMM {n.what}", n.reason) for n in why]
     devs = [d.torch_device for d in devices] if kind == "cuda" else [dev0]
-    return perdevice.measure(devs, size, precs, float(pc.get("seconds" if kind == "cuda" else "cpu_seconds", 1.0)),
-                             int(cfg["repeats"]), float(pc.get("warmup_max_s", 10.0)), int(cfg["seed"]))
+    gpu = kind == "cuda"
+    seconds = float(pc.get("seconds", 1.0) if gpu else pc.get("cpu_seconds", 0.2))
+    warm = float(pc.get("warmup_max_s", 10.0) if gpu else pc.get("cpu_warmup_max_s", 2.0))
+    return perdevice.measure(devs, size, precs, seconds, int(cfg["repeats"]), warm, int(cfg["seed"]))
 
 
 def _free(device: torch.device) -> None:
