@@ -102,13 +102,17 @@ def _baseline_section(comparison: Path, figs: Figures) -> tuple[str, str]:
     name = df.attrs.get("baseline", comparison.stem)
     body = [f"<p>{esc(bl.summary_line(df))}. Verdicts (not pass/fail): regression or improvement "
             "when the two runs' sample ranges do not overlap and the medians differ by more than "
-            "the tolerance; else same. MW p: one-sided Mann-Whitney U p-value, for information.</p>"]
+            "the metric's tolerance (max of the floor and k times its run-to-run spread in the "
+            "baseline); else same. Only gating metrics fail a comparison; informational ones are "
+            "shown. MW p: one-sided Mann-Whitney U p-value, for information.</p>"]
+    for line in df.attrs.get("node_state") or []:
+        body.append(note(f"Node state: {esc(line)}"))
     changed = df[df["change"] != bl.Change.SAME.value] if "change" in df else df
     if changed.empty:
         body.append(note("Every metric is the same as in the baseline (within noise and tolerance)."))
     else:
-        cols = [c for c in ("metric", "unit", "baseline_median", "current_median", "ratio",
-                            "baseline_range", "current_range", "mannwhitney_p", "change")
+        cols = [c for c in ("metric", "cls", "unit", "baseline_median", "current_median", "ratio",
+                            "tolerance", "baseline_range", "current_range", "mannwhitney_p", "change")
                 if c in changed.columns]
         body.append(figs.table(changed[cols], f"Metrics that changed against baseline {name}.",
                                max_rows=100))
