@@ -209,15 +209,6 @@ def test_slurm_resources_and_threads():
     assert workflow.stage_threads(single, 4, 3) == 1
 
 
-def test_node_results_come_from_the_registry():
-    names = list(stages.STAGES)
-    got = workflow.node_results("n1", names)
-    assert list(got) == names
-    for name, path in got.items():
-        spec = stages.get(name)
-        assert path == spec.path(spec.result, "n1", "default" if spec.has_variants else "main")
-
-
 # --- parse-time side effects ---------------------------------------------------------------------
 
 class FakeWorkflow:

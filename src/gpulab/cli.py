@@ -1,8 +1,10 @@
 """The ``gpulab`` command: baselines, comparison with a baseline, and the fleet view.
 
-Exit status: 0 fine; 1 a regression (``compare``), a suspect host (``fleet --fail-on-suspect``) or a
-damaged result (``verify``); 2 a usage or baseline error (missing file, wrong version, another GPU
-model) or a damaged result that ``baseline``/``compare``/``fleet`` cannot read.
+Exit status: 0 fine; 1 a gating metric regressed or a node-state check failed (``compare``), a
+host is flagged on a gating metric (``fleet --fail-on-suspect``) or a result is damaged
+(``verify``); informational metrics never make it 1; 2 a usage or baseline error (missing file,
+wrong version, another GPU model) or a damaged result that ``baseline``/``compare``/``fleet``
+cannot read.
 """
 from __future__ import annotations
 
@@ -15,10 +17,12 @@ from gpulab import baseline as bl
 from gpulab import fleet as fl
 from gpulab import metrics as metmod
 from gpulab import results
+from gpulab.probe import nodestate
 
 EPILOG = """examples:
-  gpulab baseline save h200-ref          # results/ -> baselines/h200-ref.yaml (commit it)
-  gpulab compare h200-ref                # exit 1 when a metric regressed (cron, cluster CI)
+  gpulab baseline save h200-ref run1 run2 run3   # three runs -> baselines/h200-ref.yaml
+  gpulab baseline save h200-ref --add    # add results/ to it as one more run
+  gpulab compare h200-ref                # exit 1 when a gating metric regressed (cron, cluster CI)
   gpulab fleet                           # every host under results/, per GPU model
   gpulab verify                          # exit 1 when a result file is damaged or incomplete
 """
@@ -47,27 +51,40 @@ def parser() -> argparse.ArgumentParser:
                        description="Baselines: per-metric medians, ranges and samples of one host's "
                                    "results in a small, diffable YAML file meant to be committed.")
     bsub = b.add_subparsers(dest="action", required=True, metavar="ACTION")
-    s = bsub.add_parser("save", help="write baselines/NAME.yaml from the current results")
+    s = bsub.add_parser("save", help="write baselines/NAME.yaml from one or more runs' results",
+                        description="Each results folder is one run of the same host; with several "
+                                    "(or grown by --add) the baseline stores each metric's run-to-run "
+                                    "spread, which sets its tolerance in compare.")
     s.add_argument("name", help="baseline name (file baselines/NAME.yaml)")
+    s.add_argument("runs", nargs="*", type=Path,
+                   help="results folders, one run each (default: --results-dir)")
     _common(s)
     _baselines_dir(s)
     s.add_argument("--force", action="store_true", help="replace an existing baseline file")
+    s.add_argument("--add", nargs="*", type=Path, default=None, metavar="RUN",
+                   help="add these results folders (none named: --results-dir) to the existing "
+                        "baseline NAME as more runs, instead of writing a new one")
     sh = bsub.add_parser("show", help="list a baseline's metrics")
     sh.add_argument("name")
     _baselines_dir(sh)
 
     c = sub.add_parser(
         "compare", formatter_class=argparse.RawDescriptionHelpFormatter,
-        help="compare the current results with a baseline (exit 1 on a regression)",
+        help="compare the current results with a baseline (exit 1 on a gating regression)",
         description="Per metric: ratio of medians, whether the two runs' sample ranges are "
                     "separated (the noise band), the one-sided Mann-Whitney U p-value, and a "
-                    "verdict: regression / improvement (separated AND beyond the tolerance), else "
-                    "same. Exit 1 when any metric regressed.")
+                    "verdict: regression / improvement (separated AND beyond the metric's "
+                    "tolerance = max(--tolerance, --k x its run-to-run spread in the baseline)), "
+                    "else same. Exit 1 when a gating metric regressed or a node-state check of the "
+                    "probe failed (e.g. another process on a GPU); informational metrics are shown "
+                    "and never fail.")
     c.add_argument("name", help="baseline name (baselines/NAME.yaml) or a path to a baseline file")
     _common(c)
     _baselines_dir(c)
     c.add_argument("--tolerance", type=float, default=bl.DEFAULT_TOLERANCE,
-                   help="smallest relevant change, as a fraction (default %(default)s = 10%%)")
+                   help="floor of each metric's tolerance, as a fraction (default %(default)s = 10%%)")
+    c.add_argument("--k", type=float, default=bl.DEFAULT_K,
+                   help="tolerance = max(floor, k x the metric's run-to-run spread) (default %(default)s)")
     c.add_argument("--changes-only", action="store_true", help="print only rows that are not 'same'")
     c.add_argument("--json", type=Path, help="also write the table as JSON (the report reads it)")
     c.add_argument("--exit-zero", action="store_true", help="exit 0 even on a regression")
@@ -82,7 +99,8 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--min-hosts", type=int, default=fl.DEFAULT_MIN_HOSTS,
                    help="hosts a group needs before anyone is flagged (default %(default)s)")
     f.add_argument("--csv", type=Path, help="also write every host x metric deviation as CSV")
-    f.add_argument("--fail-on-suspect", action="store_true", help="exit 1 when a host is flagged")
+    f.add_argument("--fail-on-suspect", action="store_true",
+                   help="exit 1 when a host is flagged on a gating metric")
 
     v = sub.add_parser("verify", help="read every result whole; exit 1 when one is damaged",
                        description="Reads every result file under the results folder whole (every "
@@ -102,20 +120,30 @@ def format_table(df, changes_only: bool = False) -> str:
     order = {c.value: i for i, c in enumerate(bl.Change)}
     rows = rows.assign(_o=rows["change"].map(order)).sort_values(["_o", "metric"])
     w = max([len("metric")] + [len(m) for m in rows["metric"]])
-    out = [f"{'metric':<{w}}  {'unit':<8} {'baseline':>10} {'current':>10} {'ratio':>7} "
-           f"{'sep':>3} {'MW p':>7}  change"]
+    if "cls" not in rows.columns:
+        rows = rows.assign(cls="gating", tolerance=math.nan)
+    rows = rows.assign(_c=rows["cls"] != "gating").sort_values(["_c", "_o", "metric"])
+    out = [f"{'metric':<{w}}  {'class':<5} {'unit':<8} {'baseline':>10} {'current':>10} {'ratio':>7} "
+           f"{'tol':>5} {'sep':>3} {'MW p':>7}  change"]
     for r in rows.itertuples():
-        out.append(f"{r.metric:<{w}}  {r.unit:<8} {_fmt(r.baseline_median):>10} "
-                   f"{_fmt(r.current_median):>10} {_fmt(r.ratio):>7} {'yes' if r.separated else 'no':>3} "
-                   f"{_fmt(r.mannwhitney_p):>7}  {r.change}")
+        tol = "" if not math.isfinite(r.tolerance) else f"{r.tolerance:.0%}"
+        out.append(f"{r.metric:<{w}}  {'gate' if r.cls == 'gating' else 'info':<5} {r.unit:<8} "
+                   f"{_fmt(r.baseline_median):>10} {_fmt(r.current_median):>10} {_fmt(r.ratio):>7} "
+                   f"{tol:>5} {'yes' if r.separated else 'no':>3} {_fmt(r.mannwhitney_p):>7}  {r.change}")
     return "\n".join(out)
 
 
 def cmd_baseline(args) -> int:
     if args.action == "save":
-        path = bl.save(args.results_dir, args.name, args.baselines_dir, args.host, args.force)
+        if args.add is not None:
+            runs = list(args.runs) + list(args.add) or [args.results_dir]
+            path = bl.add(runs, args.name, args.baselines_dir, args.host)
+        else:
+            runs = args.runs or [args.results_dir]
+            path = bl.save(runs, args.name, args.baselines_dir, args.host, args.force)
         doc = bl.load(path)
-        print(f"wrote {path}: {len(doc['metrics'])} metrics of host {doc['host']} ({doc['group']})")
+        print(f"wrote {path}: {len(doc['metrics'])} metrics of host {doc['host']} ({doc['group']}), "
+              f"{len(doc.get('runs') or [1])} run(s)")
         return 0
     doc = bl.load(args.name, args.baselines_dir)
     print(f"{doc['_path']}: host {doc.get('host')}, {doc['group']}, {len(doc['metrics'])} metrics, "
@@ -127,20 +155,35 @@ def cmd_baseline(args) -> int:
 
 def cmd_compare(args) -> int:
     doc = bl.load(args.name, args.baselines_dir)
-    current = metmod.find(args.results_dir)
-    df = bl.compare(doc, current, args.host, args.tolerance)
+    files = results.find_results(args.results_dir)
+    current = metmod.collect(files)
+    df = bl.compare(doc, current, args.host, args.tolerance, args.k)
+    bad_state = nodestate.failures(files, df.attrs["host"])
+    df.attrs["node_state"] = [f"{case}: {check.removeprefix('node state: ')} FAILED: {note}"
+                              for _, check, case, note in bad_state]
     print(format_table(df, args.changes_only))
-    print(bl.summary_line(df))
+    for line in df.attrs["node_state"]:
+        print(f"node state: {line}")
+    regressed = bl.gating_regressions(df)
+    verdict = ("FAIL" if len(regressed) or bad_state else "PASS")
+    why = [f"{len(regressed)} gating metric(s) regressed"] if len(regressed) else []
+    why += [f"{len(bad_state)} node-state check(s) failed ({nodestate.UNTRUSTWORTHY})"] if bad_state else []
+    print(f"health verdict: {verdict}" + (f": {'; '.join(why)}" if why else
+                                          ": every gating metric within its tolerance"))
+    print(bl.summary_line(df))  # last line: what scripts and the workflow read
     if args.json:
         results.atomic_write_text(args.json, bl.to_json(df))
-    regressed = int((df["change"] == bl.Change.REGRESSION.value).sum())
-    return 1 if regressed and not args.exit_zero else 0
+    return 1 if verdict == "FAIL" and not args.exit_zero else 0
 
 
 def cmd_fleet(args) -> int:
     st = fl.Settings(args.threshold, args.mad_floor, args.min_hosts)
-    dev = fl.deviations(metmod.find(args.results_dir), st)
-    print(fl.format_text(dev, st))
+    files = results.find_results(args.results_dir)
+    samples, hygiene = fl.prepare(files)
+    dev = fl.deviations(samples, st)
+    print(fl.format_text(dev, st, hygiene=hygiene))
+    for host, check, case, note in nodestate.failures(files):
+        print(f"node state: {host} {case}: {check.removeprefix('node state: ')} FAILED: {note}")
     if args.csv:
         results.atomic_write_text(args.csv, dev.to_csv(index=False))
     return 1 if args.fail_on_suspect and dev["flagged"].any() else 0

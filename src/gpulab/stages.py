@@ -59,10 +59,25 @@ class StageSpec:
     # `host_resources`).
     timing_sensitive: bool = False
     cpu_heavy: bool = False
+    # Hooks, as import strings "module:function" (imported only when used, so the registry stays
+    # light and nothing below a stage imports it):
+    # - metrics: extract(path, attrs, group) -> metric rows for baselines and the fleet view
+    #   (gpulab.metrics); None: the stage's results give no comparable metric.
+    metrics: str | None = None
+    # - health_variant: the job variant a health check runs (the health preset's stage list, the
+    #   `health` target, one health job per cluster node); None: not part of health checks.
+    health_variant: str | None = None
+    # - config_check: check(section) raising gpulab.config.ConfigError for what the schema cannot
+    #   state, run once when the workflow is parsed, before any job starts.
+    config_check: str | None = None
 
     @property
     def package(self) -> str:
         return f"gpulab.{self.name}"
+
+    @property
+    def in_health(self) -> bool:
+        return self.health_variant is not None
 
     @property
     def has_variants(self) -> bool:
@@ -118,8 +133,9 @@ def _train_variants(config: Mapping, host_gpus: int) -> list[str]:
 STAGES: dict[str, StageSpec] = {s.name: s for s in [
     # tables: those every result of the stage has (GPU-only tables such as transfer's p2p_sweep
     # come on GPU hosts only; kernels' job variants write job/jobs tables of their own).
-    StageSpec("probe", "Hardware probe", tables=("host", "numa", "software", "gpus", "not_applicable"),
+    StageSpec("probe", "Hardware probe", tables=("host", "numa", "software", "gpus", "checks", "not_applicable"),
               section="gpulab.probe.section", result="probe/{host}.h5",
+              metrics="gpulab.probe.metrics:extract", health_variant="main",
               outputs={"json": "probe/{host}.json", "md": "probe/{host}.md"}),
     StageSpec("data", "Data loading", gpus="none",
               tables=("loads", "writes", "datasets", "checks", "not_applicable"),
@@ -128,7 +144,8 @@ STAGES: dict[str, StageSpec] = {s.name: s for s in [
               output_dirs=("files",), args="--files-dir {output.files}"),
     StageSpec("transfer", "Transfers and bandwidth",
               tables=("host_memcpy", "host_threads", "p2p", "bars", "checks", "not_applicable"),
-              section="gpulab.transfer.section", timing_sensitive=True),
+              section="gpulab.transfer.section", timing_sensitive=True,
+              metrics="gpulab.transfer.metrics:extract", health_variant="main"),
     StageSpec("kernels", "Kernels",
               tables=("divide", "split", "split_phases", "bars", "checks", "not_applicable"),
               section="gpulab.kernels.section", timing_sensitive=True,
@@ -136,19 +153,49 @@ STAGES: dict[str, StageSpec] = {s.name: s for s in [
     StageSpec("collectives", "Collectives", multiprocess=True, devices_keys=MULTI_PROCESS_KEYS,
               tables=("library", "allreduce_algorithms", "samples", "bars", "checks", "not_applicable"),
               variants=_collectives_variants, section="gpulab.collectives.section",
-              timing_sensitive=True),
+              timing_sensitive=True, metrics="gpulab.collectives.metrics:extract",
+              health_variant="default"),
     StageSpec("sort", "Multi-device sorting", tables=("runs", "phases", "bars", "checks", "not_applicable"),
               section="gpulab.sort.section", timing_sensitive=True),
     StageSpec("gemm", "Multi-device GEMM", multiprocess=True, devices_keys=MULTI_PROCESS_KEYS,
               tables=("single", "multi", "scaling", "bars", "checks", "not_applicable"),
-              section="gpulab.gemm.section", timing_sensitive=True),
+              section="gpulab.gemm.section", timing_sensitive=True,
+              metrics="gpulab.gemm.metrics:extract", health_variant="main"),
     StageSpec("train", "Parallel training", multiprocess=True, devices_keys=MULTI_PROCESS_KEYS,
               tables=("throughput", "ddp", "bars", "checks", "not_applicable"),
               variants=_train_variants, section="gpulab.train.section", timing_sensitive=True,
+              config_check="gpulab.train:load_config",
               inputs={"digits": "data/{host}/train/digits.h5"}, args="--data {input.digits}"),
 ]}
 
 ORDER = list(STAGES)
+
+
+def health_stages() -> list[str]:
+    """The stages a health check runs, in report order."""
+    return [n for n, s in STAGES.items() if s.in_health]
+
+
+def health_results(node: str) -> dict[str, str]:
+    """{stage: result file} of one node's health check, where each stage's own rule would put it."""
+    return {n: s.path(s.result, node, s.health_variant) for n, s in STAGES.items() if s.in_health}
+
+
+def hook(ref: str):
+    """The function an import string "module:function" names."""
+    import importlib
+
+    mod, _, fn = ref.partition(":")
+    if not fn:
+        raise ValueError(f"hook {ref!r}: write it as 'module:function'")
+    return getattr(importlib.import_module(mod), fn)
+
+
+def check_configs(config: Mapping) -> None:
+    """Every stage's parse-time config check (its ``config_check`` hook) on its section."""
+    for name, spec in STAGES.items():
+        if spec.config_check and name in config:
+            hook(spec.config_check)(config[name])
 
 
 def get(name: str) -> StageSpec:

@@ -148,24 +148,6 @@ def slurm_resources(gpus: int, nnodes: int) -> dict:
     return res
 
 
-def health_variant(spec: registry.StageSpec) -> str:
-    """The job a health check runs of a stage: its own hook where the registry gives one, else the
-    default job of a stage with variants, else its one job."""
-    own = getattr(spec, "health_variant", None)
-    if isinstance(own, str) and own:
-        return own
-    return "default" if spec.has_variants else "main"
-
-
-def node_results(node: str, stages: Iterable[str]) -> dict[str, str]:
-    """Health results of one node, where the per-stage rules would put them for that host."""
-    out = {}
-    for name in stages:
-        spec = registry.get(name)
-        out[name] = spec.path(spec.result, node, health_variant(spec))
-    return out
-
-
 # --- payloads ------------------------------------------------------------------------------------
 
 def write_payload(name: str, payload, root: Path = Path("results", "payloads")) -> str:

@@ -16,10 +16,9 @@ try:
     _cli = gpulab_config.apply_overrides(config, workflow.config_settings.config or {})
     _files = {Path(f).resolve(): f for f in [*workflow.configfiles, *workflow.config_settings.configfiles]}
     gpulab_config.validate(config, None, [os.path.relpath(f) for f in _files], command_line=_cli)
-    # Rules a schema cannot state, checked here so that no job starts on a config that can't work.
-    from gpulab.train import load_config as _train_config
-
-    _train_config(config["train"])
+    # Rules a schema cannot state (each stage's config_check hook), checked here so that no job
+    # starts on a config that can't work.
+    gpulab_stages.check_configs(config)
 except gpulab_config.ConfigError as exc:
     raise WorkflowError(str(exc)) from None
 
@@ -176,13 +175,14 @@ def _stage_of(path):
 
 
 def node_results(node):
-    """The health results of one node, where the per-stage rules would put them for that host
-    (HEALTH_STAGES: fleet.smk, read when a rule calls this)."""
-    return gpulab_workflow.node_results(node, HEALTH_STAGES)
+    """The health results of one node, where the per-stage rules would put them for that host."""
+    return gpulab_stages.health_results(node)
 
 
 def fleet_node_cmd(stage):
     """One health stage of a node job (fleet.smk), its payload a param of that job."""
-    variant = gpulab_workflow.health_variant(gpulab_stages.get(stage))
-    return (f"{SLOT} --gpus {{resources.gpu}} -- {PY} {SCRIPTS}/{stage}.py "
+    variant = gpulab_stages.get(stage).health_variant
+    script = Path(SCRIPTS, f"{stage}.py")
+    entry = script if script.exists() else f"-m gpulab.stage {stage}"
+    return (f"{SLOT} --gpus {{resources.gpu}} -- {PY} {entry} "
             f"--payload {{params.{stage}:q}} --variant {variant} --out {{output.{stage}}}")

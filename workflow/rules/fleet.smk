@@ -3,7 +3,8 @@
 # Included from the Snakefile after the stage rule files and before report.smk, because it
 # narrows STAGE_RESULTS (what rule all and the report ask for) to the enabled stages.
 FLEET = config["fleet"]
-HEALTH_STAGES = ["probe", "transfer", "collectives", "gemm"]
+# The stages whose StageSpec names a health variant (gpulab.stages.health_stages).
+HEALTH_STAGES = gpulab_stages.health_stages()
 
 
 
@@ -53,11 +54,10 @@ if FLEET_NODES:
             + " && ".join(fleet_node_cmd(s) for s in HEALTH_STAGES)
             + " ) 2>&1 | tee {log}"
 
-    # A listed node that is also this host: its own job, not the per-stage rules.
-    ruleorder: health_node > probe
-    ruleorder: health_node > transfer
-    ruleorder: health_node > collectives_variant
-    ruleorder: health_node > gemm
+    # A listed node that is also this host: its own job, not the per-stage rules (the job rule of
+    # a stage with variants is `<stage>_variant`, see stages.smk).
+    for _s in HEALTH_STAGES:
+        workflow.ruleorder("health_node", f"{_s}_variant" if gpulab_stages.get(_s).has_variants else _s)
 
 
 # `snakemake fleet`: the fleet view as text (the report shows it with a heatmap).
@@ -104,12 +104,12 @@ if BASELINE:
         output:
             BASELINE_JSON,
         params:
-            py=PY, name=BASELINE, host=HOST, tolerance=FLEET["tolerance"],
+            py=PY, name=BASELINE, host=HOST, tolerance=FLEET["tolerance"], k=FLEET["spread_k"],
         log:
             f"results/logs/baseline/{HOST}/json.log",
         shell:
             "{params.py} -m gpulab.cli compare {params.name} --results-dir results --host {params.host} "
-            "--tolerance {params.tolerance} --json {output} --exit-zero --changes-only 2>&1 | tee {log}"
+            "--tolerance {params.tolerance} --k {params.k} --json {output} --exit-zero --changes-only 2>&1 | tee {log}"
 
     # `snakemake compare --config 'fleet={"baseline": "NAME"}'`: fails on a regression (cron, CI).
     # No output, so it runs every time it is asked for.
@@ -117,12 +117,12 @@ if BASELINE:
         input:
             BASELINE_JSON,
         params:
-            py=PY, name=BASELINE, host=HOST, tolerance=FLEET["tolerance"],
+            py=PY, name=BASELINE, host=HOST, tolerance=FLEET["tolerance"], k=FLEET["spread_k"],
         log:
             f"results/logs/baseline/{HOST}/compare.log",
         shell:
             "{params.py} -m gpulab.cli compare {params.name} --results-dir results --host {params.host} "
-            "--tolerance {params.tolerance} 2>&1 | tee {log}"
+            "--tolerance {params.tolerance} --k {params.k} 2>&1 | tee {log}"
 
 else:
     _NO_BASELINE = ("gpulab: name the baseline: --config 'fleet={\"baseline\": \"NAME\"}' "

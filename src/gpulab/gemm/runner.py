@@ -50,6 +50,25 @@ def supported(cfg: dict, device: torch.device) -> tuple[list[numerics.Precision]
     return precs, skipped
 
 
+def _per_device(cfg: dict, devices, kind: str, dev0, skipped: list) -> list[dict]:
+    """The health figure (gemm.per_device, gpulab.gemm.perdevice): every GPU at steady clocks; on
+    CPU the CPU once. Off (no rows) while per_device.size is 0."""
+    from gpulab.gemm import perdevice
+
+    pc = cfg.get("per_device") or {}
+    size = int(pc.get("size", 0) if kind == "cuda" else pc.get("cpu_size", 0))
+    if size <= 0:
+        return []
+    dtypes = pc.get("dtypes", ["bf16"]) if kind == "cuda" else pc.get("cpu_dtypes", ["fp32"])
+    precs, why = supported({"dtypes": dtypes}, dev0)
+    skipped += [NotApplicable(f"per-device GEMM {n.what}", n.reason) for n in why]
+    devs = [d.torch_device for d in devices] if kind == "cuda" else [dev0]
+    gpu = kind == "cuda"
+    seconds = float(pc.get("seconds", 1.0) if gpu else pc.get("cpu_seconds", 0.2))
+    warm = float(pc.get("warmup_max_s", 10.0) if gpu else pc.get("cpu_warmup_max_s", 2.0))
+    return perdevice.measure(devs, size, precs, seconds, int(cfg["repeats"]), warm, int(cfg["seed"]))
+
+
 def _free(device: torch.device) -> None:
     gc.collect()
     if device.type == "cuda":
@@ -109,6 +128,7 @@ def run(ctx: StageContext):
                                                cfg["repeats"], cfg["seed"]))
         else:
             skipped.append(NotApplicable(single.HARNESS_CHECK, single.HARNESS_CPU_REASON))
+        per_gpu_rows = _per_device(cfg, devices, kind, dev0, skipped)
     finally:
         torch.set_num_threads(before)
     _free(dev0)  # the workers need the GPU memory the baseline held
@@ -151,7 +171,10 @@ def run(ctx: StageContext):
     bars, physical = plausible.guard_all(bars)  # every peak bar is against the dense peak
     checks += physical + single.plausibility_checks(single_rows, multi_rows, devices[0].name)
     bars += scaling.bars(scal, kind, world, ranks)
-    for name, df in (("single", single_df), ("multi", multi_df), ("scaling", scal)):
+    tables = [("single", single_df), ("multi", multi_df), ("scaling", scal)]
+    if per_gpu_rows:
+        tables.append(("per_gpu", pd.DataFrame(per_gpu_rows)))
+    for name, df in tables:
         result.add_table(name, df, outcomes.units_for(df, EXTRA_UNITS))
     result.add_table("bars", outcomes.bars_frame(bars))
     result.add_table("checks", outcomes.checks_frame(checks))

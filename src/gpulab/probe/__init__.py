@@ -15,6 +15,7 @@ import pandas as pd
 from gpulab import outcomes, results
 from gpulab.probe import gpus as gpumod
 from gpulab.probe import host as hostmod
+from gpulab.probe import nodestate
 
 log = logging.getLogger("gpulab.probe")
 
@@ -92,6 +93,10 @@ def build_result(ctx_stage: str, variant: str, config: dict, info: dict) -> resu
                      rows=topo.devices, cols=topo.devices, source="nvidia-smi topo -m")
         r.attrs["topology_affinity"] = topo.affinity
         r.attrs["topology_text"] = info["topo_text"] or ""
+    foreign = [{"gpu": g["index"], **p} for g in info["gpus"] for p in g.get("foreign") or []]
+    r.add_table("foreign_processes", pd.DataFrame(
+        foreign, columns=["gpu", "pid", "name", "used_memory_bytes"]))
+    r.add_table(outcomes.CHECKS, outcomes.checks_frame(nodestate.checks(info["gpus"])))
     r.add_table(outcomes.NOT_APPLICABLE, outcomes.not_applicable_frame(not_recorded(info)))
     return r
 

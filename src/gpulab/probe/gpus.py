@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 
-from gpulab.probe import nvsmi
+from gpulab.probe import nodestate, nvsmi
 
 
 def _s(x) -> str:
@@ -103,6 +103,9 @@ def gpu_info() -> list[dict]:
         return []
     if not torch.cuda.is_available():
         return []
+    # Node state first, before this process touches a GPU: then no context of the probe's own is
+    # on the GPUs (in a container NVML lists host PIDs, which could not be told from a tenant's).
+    state = node_state_by_bus(_own_pids())
     gpus = []
     with _nvml() as nv:
         for i in range(torch.cuda.device_count()):
@@ -121,9 +124,38 @@ def gpu_info() -> list[dict]:
                 if h is not None:
                     g.update(_nvml_details(nv, h))
                     g["nvlinks_nvml"] = _nvml_nvlinks(nv, h)
+            g.update(state.get(_bus_key(g["pci_bus_id"]), {}))
             g.setdefault("numa_node", _sysfs_numa(g["pci_bus_id"]))
             gpus.append(g)
     return gpus
+
+
+def _bus_key(bus_id) -> str:
+    """PCI bus ids as NVML ("00000000:19:00.0") and the CUDA runtime ("0000:19:00.0") spell them."""
+    return _s(bus_id).lower()[-12:]
+
+
+def node_state_by_bus(own: set[int]) -> dict[str, dict]:
+    """{PCI bus id: node-state fields} of every GPU NVML sees (gpulab.probe.nodestate)."""
+    out = {}
+    with _nvml() as nv:
+        if nv is None:
+            return out
+        with contextlib.suppress(Exception):
+            for i in range(nv.nvmlDeviceGetCount()):
+                with contextlib.suppress(Exception):
+                    h = nv.nvmlDeviceGetHandleByIndex(i)
+                    out[_bus_key(nv.nvmlDeviceGetPciInfo(h).busId)] = nodestate.gpu_state(nv, h, own)
+    return out
+
+
+def _own_pids() -> set[int]:
+    try:
+        return nodestate.own_pids()
+    except ImportError:  # psutil missing: at least this process is ours
+        import os
+
+        return {os.getpid()}
 
 
 def _pci_bus_id(i: int) -> str:

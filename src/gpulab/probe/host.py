@@ -44,7 +44,12 @@ def os_release() -> str:
 
 
 def host_info() -> dict:
+    import socket
+
     return {
+        # the machine's own name, whatever label (GPULAB_HOST) its results are filed under: the
+        # fleet view names a folder whose label is another machine's
+        "hostname": socket.gethostname(),
         "cpu_model": cpu_model(),
         "physical_cores": psutil.cpu_count(logical=False) or 0,
         "logical_cpus": psutil.cpu_count(logical=True) or 0,

@@ -108,6 +108,24 @@ def _gpu_details(f: Path, a: dict, figs: Figures) -> list[str]:
     return parts
 
 
+def _node_state(f: Path, a: dict, figs: Figures) -> list[str]:
+    """The node-state checks before the run (gpulab.probe.nodestate): failures first, in words."""
+    if outcomes.CHECKS not in results.list_contents(f)["tables"]:
+        return []
+    c = results.read_table(f, outcomes.CHECKS)
+    if c.empty:
+        return []
+    bad = c[c["verdict"] == "fail"]
+    out = []
+    if len(bad):
+        out.append(note(f"Node state of {a['host']} before the run: " + "; ".join(
+            esc(f"{r.case}: {r.note}") for r in bad.itertuples())))
+    out.append(figs.table(c[["check", "case", "verdict", "note"]],
+                          f"Node-state checks of {a['host']} (NVML, before the benchmarks): other "
+                          "compute processes, clock slowdowns, pending memory repairs."))
+    return out
+
+
 def render(files: list[Path], figs: Figures) -> str:
     parts = [figs.table(side_by_side(files), "The systems under test, hosts side by side (from each "
                         "host's probe result).", css_class="kv")]
@@ -119,6 +137,7 @@ def render(files: list[Path], figs: Figures) -> str:
                               "and every stage ran on CPU virtual devices."))
         else:
             parts += _gpu_details(f, a, figs)
+        parts += _node_state(f, a, figs)
         if outcomes.NOT_APPLICABLE in results.list_contents(f)["tables"]:
             na = results.read_table(f, outcomes.NOT_APPLICABLE)
             if len(na):

@@ -16,7 +16,6 @@ import seaborn as sns  # noqa: E402
 
 from gpulab import baseline as bl  # noqa: E402
 from gpulab import fleet as fl  # noqa: E402
-from gpulab import metrics as metmod  # noqa: E402
 from gpulab.report.html import Figures, error_box, esc, note  # noqa: E402
 
 METHODS = (
@@ -25,7 +24,11 @@ METHODS = (
     "(x itself for counts that can be 0); the fleet median M and the median absolute deviation MAD "
     "of y are taken over the hosts, and the robust z-score is z = 0.6745 (y - M) / max(MAD, {floor}). A host is flagged on a metric when "
     "z is beyond {thr} in the bad direction (lower bandwidth, higher latency) and even its best "
-    "sample is worse than M; at least {minh} hosts are needed.</p>")
+    "sample is worse than M, and the metric is gating (device-side: copies timed on the device, "
+    "GEMM, busbw, link and error states, foreign processes); informational metrics (pageable "
+    "copies, CPU-side latency, host memcpy) are shown and never flag. At least {minh} hosts are "
+    "needed. Hosts whose results are the same machine (hostname and GPU UUIDs) or the same samples "
+    "are counted once.</p>")
 HEATMAP_METRICS = 40
 Z_CLIP = 10.0
 
@@ -53,8 +56,11 @@ def _heatmap(dev, group: str, figs: Figures, settings: fl.Settings) -> str:
 
 
 def fleet_section(files: list[Path], figs: Figures, settings: fl.Settings = fl.Settings()) -> str:
-    samples = metmod.collect(files)
+    samples, hygiene = fl.prepare(files)
     parts = [METHODS.format(floor=settings.mad_floor, thr=settings.threshold, minh=settings.min_hosts)]
+    if hygiene.lines():
+        parts.append(note("The results themselves: " + "; ".join(
+            esc(ln.strip()) for ln in hygiene.lines()) + "."))
     if samples.empty:
         return "\n".join(parts + [note("No result with comparable metrics (transfer, collectives, "
                                        "gemm, probe) yet.")])
@@ -96,13 +102,17 @@ def _baseline_section(comparison: Path, figs: Figures) -> tuple[str, str]:
     name = df.attrs.get("baseline", comparison.stem)
     body = [f"<p>{esc(bl.summary_line(df))}. Verdicts (not pass/fail): regression or improvement "
             "when the two runs' sample ranges do not overlap and the medians differ by more than "
-            "the tolerance; else same. MW p: one-sided Mann-Whitney U p-value, for information.</p>"]
+            "the metric's tolerance (max of the floor and k times its run-to-run spread in the "
+            "baseline); else same. Only gating metrics fail a comparison; informational ones are "
+            "shown. MW p: one-sided Mann-Whitney U p-value, for information.</p>"]
+    for line in df.attrs.get("node_state") or []:
+        body.append(note(f"Node state: {esc(line)}"))
     changed = df[df["change"] != bl.Change.SAME.value] if "change" in df else df
     if changed.empty:
         body.append(note("Every metric is the same as in the baseline (within noise and tolerance)."))
     else:
-        cols = [c for c in ("metric", "unit", "baseline_median", "current_median", "ratio",
-                            "baseline_range", "current_range", "mannwhitney_p", "change")
+        cols = [c for c in ("metric", "cls", "unit", "baseline_median", "current_median", "ratio",
+                            "tolerance", "baseline_range", "current_range", "mannwhitney_p", "change")
                 if c in changed.columns]
         body.append(figs.table(changed[cols], f"Metrics that changed against baseline {name}.",
                                max_rows=100))
