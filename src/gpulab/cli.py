@@ -81,6 +81,9 @@ def parser() -> argparse.ArgumentParser:
                    help="hosts a group needs before anyone is flagged (default %(default)s)")
     f.add_argument("--csv", type=Path, help="also write every host x metric deviation as CSV")
     f.add_argument("--fail-on-suspect", action="store_true", help="exit 1 when a host is flagged")
+    from gpulab import export_cli  # export and bundle verbs (issue 27) live in their own module
+
+    export_cli.add_parsers(sub, _common)
     return ap
 
 
@@ -140,6 +143,8 @@ def cmd_fleet(args) -> int:
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
+        if hasattr(args, "run"):  # verbs registered by other modules (gpulab.export_cli)
+            return args.run(args)
         return {"baseline": cmd_baseline, "compare": cmd_compare, "fleet": cmd_fleet}[args.command](args)
     except bl.BaselineError as exc:
         print(f"gpulab {args.command}: {exc}", file=sys.stderr)
