@@ -43,12 +43,14 @@ def make_results(root: Path, host: str = "h200a", gpu: str = "NVIDIA H200") -> l
     hd = pd.DataFrame({
         "direction": ["H2D", "H2D", "D2H", "D2H"], "memory": ["pinned", "pageable"] * 2,
         "gpu": [0, 0, 0, 0], "bytes": [1 << 30] * 4, "copies": [4] * 4,
+        "bytes_per_sample": [4 << 30] * 4,
         "value_median": [55.3, 7.3, 55.2, 6.9], "value_min": [55.0, 7.0, 55.0, 6.5],
         "value_max": [55.5, 7.5, 55.4, 7.2], "unit": ["GB/s"] * 4,
         "samples_s": [json.dumps([0.0776, 0.0777, 0.0779])] * 4, "verified": [True] * 4,
         "note": ["x"] * 4,
     })
-    d2d = pd.DataFrame({"gpu": [0], "bytes": [1 << 30], "value_median": [2000.0],
+    d2d = pd.DataFrame({"gpu": [0], "bytes": [1 << 30], "bytes_per_sample": [1 << 30],
+                        "copies": [1], "value_median": [2000.0],
                         "value_rw_median": [4000.0], "unit": ["GB/s"],
                         "samples_s": [json.dumps([5.37e-4, 5.36e-4])]})
     energy = pd.DataFrame({"operation": ["same-device copy"], "device": ["GPU0"], "bytes": [1 << 30],

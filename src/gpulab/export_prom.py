@@ -30,6 +30,7 @@ from gpulab.export import gpu_models, model_of
 
 VERDICTS = [v.value for v in outcomes.Verdict]
 _GPU = re.compile(r"(?:^|/)(?:gpu|src)=(\d+)(?:/|$)")
+_BAR_GPU = re.compile(r"\bGPU(\d+)")
 
 HELP = {
     "gpulab_metric_median": "Median of a gpulab health metric's samples, in the unit of label unit.",
@@ -99,7 +100,8 @@ def text(files: Iterable[str | Path]) -> str:
             for b in bars.itertuples():
                 if b.verdict not in ("pass", "fail"):
                     continue
-                lab = {"host": host, "gpu": gpu_of(re.sub(r"GPU(\d+)", r"gpu=\1/", str(b.bar))),
+                g = _BAR_GPU.search(str(b.bar))  # "..., GPU0": the first GPU a bar names
+                lab = {"host": host, "gpu": g.group(1) if g else "all",
                        "model": model, "stage": stage, "metric": str(b.bar)}
                 series["gpulab_bar_ratio"].append(_line("gpulab_bar_ratio", lab, float(b.ratio)))
                 series["gpulab_bar_pass"].append(_line("gpulab_bar_pass", lab,
