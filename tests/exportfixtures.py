@@ -42,7 +42,7 @@ def make_results(root: Path, host: str = "h200a", gpu: str = "NVIDIA H200") -> l
     }, attrs={"has_gpus": True}, rel=f"probe/{host}.h5")
     hd = pd.DataFrame({
         "direction": ["H2D", "H2D", "D2H", "D2H"], "memory": ["pinned", "pageable"] * 2,
-        "gpu": [0, 0, 0, 0], "bytes": [1 << 30] * 4, "copies": [4] * 4,
+        "call": ["async"] * 4, "device": [0, 0, 0, 0], "bytes": [1 << 30] * 4, "copies": [4] * 4,
         "bytes_per_sample": [4 << 30] * 4,
         "value_median": [55.3, 7.3, 55.2, 6.9], "value_min": [55.0, 7.0, 55.0, 6.5],
         "value_max": [55.5, 7.5, 55.4, 7.2], "unit": ["GB/s"] * 4,

@@ -60,7 +60,7 @@ def test_rows_carry_keys_units_statistics_and_provenance(res):
     keys = [json.loads(k) for k in h2d["keys"]]
     pinned = h2d[[k["direction"] == "H2D" and k["memory"] == "pinned" for k in keys]]
     assert list(pinned["value"]) == [55.3] and list(pinned["unit"]) == ["GB/s"]
-    assert {"bytes", "copies", "gpu", "verified"} <= set(keys[0])  # what was measured
+    assert {"bytes", "copies", "device", "call", "verified"} <= set(keys[0])  # what was measured
     assert "note" not in keys[0] and "samples_s" not in keys[0]
     samp = df[(df["table"] == "host_device") & (df["statistic"] == "sample")]
     assert len(samp) == 4 * 3 and set(samp["unit"]) == {"s"}

@@ -1,0 +1,138 @@
+"""Findings: each stage's rules on fixture rows (healthy and degraded), their traceability, the
+'not measurable here' list, and that no finding contradicts a bar."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from gpulab import findings, outcomes, results
+from gpulab.data import findings as data_f
+from gpulab.findings import Finding, NotMeasurable, Rows
+from gpulab.gemm import findings as gemm_f
+from gpulab.kernels import findings as kernels_f
+from gpulab.outcomes import Bar
+from gpulab.transfer import findings as transfer_f
+from exportfixtures import _write, make_results
+
+
+class FakeRows(Rows):
+    """Rows whose tables are given (fixture rows), not read from files."""
+
+    def __init__(self, stage, tables):
+        super().__init__(stage, "h1", [])
+        self._cache = {k: v for k, v in tables.items()}
+
+    def table(self, name):
+        return self._cache.get(name, pd.DataFrame())
+
+
+def _hd(pinned=55.3, pageable=7.3):
+    rows = []
+    for direction in ("H2D", "D2H"):
+        for mem, v in (("pinned", pinned), ("pageable", pageable)):
+            for call in ("async", "blocking"):
+                for n in (1 << 20, 1 << 30):
+                    rows.append({"direction": direction, "memory": mem, "call": call, "device": 0,
+                                 "bytes": n, "value_median": v if n == 1 << 30 else v / 10})
+    return pd.DataFrame(rows)
+
+
+def test_pinned_vs_pageable_states_its_numbers_and_rows():
+    out = transfer_f.pinned_vs_pageable(FakeRows("transfer", {"host_device": _hd()}))
+    h2d = next(f for f in out if "H2D" in f.statement)
+    assert h2d.statement == ("pinned host memory moves data 7.6x faster than pageable on this host "
+                             "(55.3 vs 7.3 GB/s, H2D, 1 GiB)")
+    assert h2d.numbers["speedup"] == pytest.approx(55.3 / 7.3)
+    assert [r["keys"]["memory"] for r in h2d.rows] == ["pinned", "pageable"]
+    assert all(r["keys"]["bytes"] == 1 << 30 and r["table"] == "host_device" for r in h2d.rows)
+    # degraded: pinned slower than pageable is stated as such, never as "faster"
+    (bad, _) = transfer_f.pinned_vs_pageable(FakeRows("transfer", {"host_device": _hd(5.0, 7.3)}))
+    assert "slower than pageable" in bad.statement
+    nm = transfer_f.pinned_vs_pageable(FakeRows("transfer", {}))
+    assert isinstance(nm, NotMeasurable) and "CUDA" in nm.reason
+
+
+def _loads(h5_s=0.001, csv_s=0.019):
+    rows = []
+    for ds, n in (("small", 100), ("tabular-2M", 2_000_000)):
+        rows += [{"dataset": ds, "rows": n, "format": "h5", "method": "h5py-whole",
+                  "load_s_median": h5_s},
+                 {"dataset": ds, "rows": n, "format": "h5", "method": "h5py-chunked",
+                  "load_s_median": h5_s * 2},
+                 {"dataset": ds, "rows": n, "format": "csv", "method": "pandas",
+                  "load_s_median": csv_s},
+                 {"dataset": ds, "rows": n, "format": "json", "method": "json",
+                  "load_s_median": csv_s * 3}]
+    return pd.DataFrame(rows)
+
+
+def test_hdf5_vs_csv_at_the_largest_dataset():
+    f = data_f.hdf5_vs_csv(FakeRows("data", {"loads": _loads()}))
+    assert f.statement.startswith("HDF5 loads 19.0x faster than CSV at 2,000,000 rows")
+    assert {r["keys"]["dataset"] for r in f.rows} == {"tabular-2M"}
+    assert [r["keys"]["method"] for r in f.rows] == ["h5py-whole", "pandas"]
+    slow = data_f.hdf5_vs_csv(FakeRows("data", {"loads": _loads(0.05, 0.01)}))
+    assert "5.0x slower than CSV" in slow.statement
+
+
+def _kbars(measured, ref=4000.0):
+    return outcomes.bars_frame([Bar.measure(kernels_f.ROOFLINE_BAR + " (largest size)", measured,
+                                            ref, source="torch copy_", threshold=0.8, unit="GB/s")])
+
+
+def test_divide_roofline_follows_its_bar():
+    ok = kernels_f.divide_roofline(FakeRows("kernels", {"bars": _kbars(4145.0)}))
+    assert "at the copy roofline (1.04 of a same-size copy" in ok.statement and ok.claim == "pass"
+    low = kernels_f.divide_roofline(FakeRows("kernels", {"bars": _kbars(2000.0)}))
+    assert "below the copy roofline (0.50" in low.statement and low.claim == "fail"
+    na = outcomes.bars_frame([Bar.not_applicable(kernels_f.ROOFLINE_BAR + " (largest size)",
+                                                 "needs CUDA")])
+    nm = kernels_f.divide_roofline(FakeRows("kernels", {"bars": na}))
+    assert isinstance(nm, NotMeasurable) and nm.reason == "needs CUDA"
+
+
+def test_fastest_dtype_at_the_largest_size():
+    df = pd.DataFrame({"M": [512, 512, 8192, 8192], "N": [512, 512, 8192, 8192],
+                       "K": [512, 512, 8192, 8192], "dtype": ["bf16", "fp32", "bf16", "fp32"],
+                       "tflops_median": [10.0, 5.0, 733.0, 50.0]})
+    f = gemm_f.fastest_dtype(FakeRows("gemm", {"single": df}))
+    assert f.statement == "bf16 GEMM is 14.7x faster than fp32 at 8192x8192x8192 (733 vs 50 TFLOP/s)"
+    assert isinstance(gemm_f.fastest_dtype(FakeRows("gemm", {"single": df[df.dtype == "bf16"]})),
+                      NotMeasurable)
+
+
+def test_a_finding_never_contradicts_a_bar(tmp_path):
+    root = tmp_path / "results"
+    make_results(root)
+    for measured, host in ((4145.0, "h200a"), (2000.0, "h200b")):
+        _write(root, "kernels", host, "main", "cuda", {"bars": (_kbars(measured), {})})
+    files = results.find_results(root)
+    found, missing = findings.derive(files)
+    roof = {f.host: f for f in found if f.rule == "kernels.divide_roofline"}
+    assert roof["h200a"].claim == "pass" and roof["h200b"].claim == "fail"
+    assert findings.contradictions(found, files) == []
+    # a finding that claimed the opposite of its bar is caught
+    wrong = Finding("kernels.x", "at the roofline", {}, [], "", host="h200b",
+                    bar=roof["h200b"].bar, claim="pass")
+    assert findings.contradictions([wrong], files) == [
+        f"kernels.x on h200b: says 'pass', bar {roof['h200b'].bar!r} is fail"]
+    # h200b has no data result: listed as not measurable, with the reason
+    assert any(m.rule == "data.hdf5_vs_csv" and m.reason == "no data result on this host"
+               for m in missing)
+
+
+def test_findings_html_lists_statements_rows_and_not_measurable(tmp_path):
+    root = tmp_path / "results"
+    make_results(root)
+    html = findings.findings_html(results.find_results(root))
+    assert "bf16 GEMM is 14.7x faster than fp32 at 8192x8192x8192" in html
+    assert "gemm/single M=8192, N=8192, K=8192, dtype=bf16" in html
+    assert "not measurable here" in html
+
+
+def test_a_broken_rule_is_reported_not_fatal():
+    def boom(rows):
+        raise KeyError("col")
+
+    found, missing = findings.apply([boom], FakeRows("gemm", {}))
+    assert found == [] and "the rule failed" in missing[0].reason
