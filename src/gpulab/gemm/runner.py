@@ -104,6 +104,9 @@ def run(ctx: StageContext):
                                       cfg["seed"])
         bars, checks = single.peak_bars(dev0, devices[0].name, cfg["bar_size"], precs,
                                         cfg["warmup"], cfg["repeats"], cfg["seed"])
+        from gpulab.gemm import energy  # GFLOP/J of bf16 GEMM (issue 27)
+
+        energy_rows = energy.bf16_rows(dev0, cfg["bar_size"], cfg["seed"], precs)
         if kind == "cuda":
             checks.append(single.harness_check(dev0, cfg["bar_size"], cfg["warmup"],
                                                cfg["repeats"], cfg["seed"]))
@@ -151,6 +154,7 @@ def run(ctx: StageContext):
     bars += scaling.bars(scal, kind, world)
     for name, df in (("single", single_df), ("multi", multi_df), ("scaling", scal)):
         result.add_table(name, df, outcomes.units_for(df, EXTRA_UNITS))
+    result.add_table("energy", pd.DataFrame(energy_rows, columns=energy.COLUMNS), energy.UNITS)
     result.add_table("bars", outcomes.bars_frame(bars))
     result.add_table("checks", outcomes.checks_frame(checks))
     result.add_table("not_applicable", outcomes.not_applicable_frame(skipped))

@@ -121,6 +121,9 @@ def run(ctx):
     log.info("transfer: %d %s device(s)", n, kind)
     _host_memory(result, cfg)
     peer_pairs, bar_rows, check_rows = (_gpu if kind == "cuda" else _cpu)(result, cfg, n)
+    from gpulab.transfer import energy  # J/GB of the same-device copy (issue 27)
+
+    energy.add_table(result, cfg, kind)
     check_rows += bars.copy_checks({k: result.tables.get(k) for k in ("host_memcpy", "host_threads")})
     result.add_table(outcomes.BARS, outcomes.bars_frame(bar_rows))
     checks = outcomes.checks_frame(check_rows)
