@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from gpulab import energy as eng
 from gpulab import outcomes, results
 from gpulab.outcomes import Bar, Check
 
@@ -53,12 +54,9 @@ def make_results(root: Path, host: str = "h200a", gpu: str = "NVIDIA H200") -> l
                         "copies": [1], "value_median": [2000.0],
                         "value_rw_median": [4000.0], "unit": ["GB/s"],
                         "samples_s": [json.dumps([5.37e-4, 5.36e-4])]})
-    energy = pd.DataFrame({"operation": ["same-device copy"], "device": ["GPU0"], "bytes": [1 << 30],
-                           "duration_s": [1.2], "energy_J": [720.0], "avg_W": [600.0],
-                           "throughput": [4000.0], "throughput_unit": ["GB/s"],
-                           "efficiency": [5.56], "efficiency_unit": ["GB/J"],
-                           "per_op": [0.18], "per_op_unit": ["J/GB"], "meter": ["nvml"],
-                           "resolved": [True], "note": [""]})
+    # 1000 copies of 4.8 GB (read+write) in 1.2 s at 600 W: 4000 GB/s, 0.15 J/GB
+    energy = pd.DataFrame([eng.row("same-device copy", "GPU0", "nvml", 4.8, "GB",
+                                   eng.Reading(1000, 1.2, 720.0, True))], columns=eng.COLUMNS)
     bars = outcomes.bars_frame([
         Bar.measure("pinned H2D vs PCIe limit, GPU0", 55.3, 63.0, source="PCIe Gen5 x16",
                     threshold=0.75, unit="GB/s"),
@@ -66,7 +64,7 @@ def make_results(root: Path, host: str = "h200a", gpu: str = "NVIDIA H200") -> l
     transfer = _write(root, "transfer", host, "main", "cuda", {
         "host_device": (hd, {"bytes": "B", "samples_s": "s per sample (JSON list)"}),
         "torch_d2d": (d2d, {"value_rw_median": "GB/s (read+write)"}),
-        "energy": (energy, {"duration_s": "s", "energy_J": "J", "avg_W": "W"}),
+        "energy": (energy, eng.UNITS),
         "bars": (bars, {}),
         "checks": (outcomes.checks_frame([Check.of("copy verified", "H2D", True)]), {}),
     }, matrices={"bw_uni_enabled": (np.array([[2000.0, 50.1], [49.9, 2000.0]]), "GB/s")},

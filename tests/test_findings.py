@@ -136,3 +136,29 @@ def test_a_broken_rule_is_reported_not_fatal():
 
     found, missing = findings.apply([boom], FakeRows("gemm", {}))
     assert found == [] and "the rule failed" in missing[0].reason
+
+
+def test_energy_findings_and_the_throughput_vs_efficiency_figure(tmp_path):
+    from gpulab.report import energy as energy_figure
+    from gpulab.report.html import Figures
+
+    root = tmp_path / "results"
+    make_results(root)  # its transfer result has one resolved copy energy row
+    files = results.find_results(root)
+    found, missing = findings.derive(files)
+    (f,) = [f for f in found if f.rule == "transfer.copy_energy"]
+    assert f.statement == ("same-device copy on GPU0 costs 0.15 J/GB (6.667 GB/J at 4000 GB/s, "
+                           "600 W average)")
+    assert f.numbers["duration_s"] == 1.2 and f.rows[0]["table"] == "energy"
+    assert any(m.rule == "gemm.gemm_energy" and m.reason == "no energy table in the result"
+               for m in missing)
+    figs = Figures()
+    html = energy_figure.render(files, figs)
+    assert figs.figure_no == 1 and "Throughput vs energy efficiency" in html
+
+
+def test_unresolved_energy_is_not_measurable_with_its_note():
+    df = pd.DataFrame([{"operation": "copy", "device": "cuda:0", "work_unit": "GB", "resolved": False,
+                        "note": "region 0.2 s < 1 s: the counter cannot resolve it"}])
+    out = transfer_f.copy_energy(FakeRows("transfer", {"energy": df}))
+    assert isinstance(out[0], NotMeasurable) and "cannot resolve" in out[0].reason

@@ -173,3 +173,27 @@ def findings_html(files: Iterable[str | Path]) -> str:
         parts.append(f"<details><summary>Not measurable here ({len(missing)})</summary>"
                      f"<ul>{items}</ul></details>")
     return "\n".join(parts)
+
+
+def energy_rule(rule: str, rows: Rows, work_unit: str):
+    """The resolved energy rows of a stage's ``energy`` table (gpulab.energy) as findings; an
+    unresolved or not-applicable row is 'not measurable here' with its note."""
+    df = rows.table("energy")
+    if df.empty:
+        return NotMeasurable(rule, "no energy table in the result")
+    df = df[df["work_unit"] == work_unit]
+    out = []
+    for r in df.itertuples():
+        if str(r.resolved) not in ("True", "true", "1"):
+            out.append(NotMeasurable(rule, f"{r.operation}: {r.note or 'unresolved'}"))
+            continue
+        out.append(Finding(
+            rule, f"{r.operation} on {r.device} costs {r.per_op:.3g} {r.per_op_unit} "
+                  f"({r.efficiency:.4g} {r.efficiency_unit} at {r.throughput:.4g} "
+                  f"{r.throughput_unit}, {r.avg_W:.0f} W average)",
+            {"per_op": float(r.per_op), "efficiency": float(r.efficiency),
+             "throughput": float(r.throughput), "avg_W": float(r.avg_W),
+             "duration_s": float(r.duration_s)},
+            [rows.ref("energy", operation=r.operation, device=r.device)],
+            f"{r.meter} energy counter around {r.duration_s:.2f} s of back-to-back operations"))
+    return out or NotMeasurable(rule, f"no {work_unit} row in the energy table")

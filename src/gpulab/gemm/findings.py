@@ -1,7 +1,7 @@
 """Findings of the GEMM stage (rules: see gpulab.findings)."""
 from __future__ import annotations
 
-from gpulab.findings import Finding, NotMeasurable, Rows
+from gpulab.findings import Finding, NotMeasurable, Rows, energy_rule
 
 
 def fastest_dtype(rows: Rows):
@@ -28,4 +28,9 @@ def fastest_dtype(rows: Rows):
         "torch.matmul(out=) on one device, median per-call time; each output checked against float64")
 
 
-RULES = [fastest_dtype]
+def gemm_energy(rows: Rows):
+    """GFLOP/J of the bf16 GEMM, from the energy table."""
+    return energy_rule("gemm.gemm_energy", rows, "GFLOP")
+
+
+RULES = [fastest_dtype, gemm_energy]

@@ -17,6 +17,7 @@ from typing import Iterable
 
 from gpulab import findings, results
 from gpulab.report import chapters, provenance, sections
+from gpulab.report import energy as energy_figure
 from gpulab.report import fleet as fleet_chapter
 from gpulab.report.html import Figures, error_box, esc, note, page
 
@@ -98,7 +99,8 @@ def build_report(files: Iterable[str | Path], title: str, figures_dir: Path | No
         loaded, lambda: chapters.abstract(loaded, probe_files, files), frame)
     ch.add("abstract", "Abstract", abstract_errors)
     # Findings (issue 27): statements derived by named rules from result rows, right after it.
-    ch.add("findings", "Findings", _errors_during([], lambda: findings.findings_html(files), frame))
+    ch.add("findings", "Findings", _errors_during(
+        [], lambda: findings.findings_html(files) + energy_figure.render(files, figs), frame))
 
     if probe:
         sec, pf = probe[0]

@@ -1,7 +1,7 @@
 """Findings of the transfer stage (rules: see gpulab.findings)."""
 from __future__ import annotations
 
-from gpulab.findings import Finding, NotMeasurable, Rows
+from gpulab.findings import Finding, NotMeasurable, Rows, energy_rule
 
 NO_GPU = "host <-> device copies need a CUDA GPU (this host ran on CPU virtual devices)"
 
@@ -33,4 +33,9 @@ def pinned_vs_pageable(rows: Rows):
     return out or NotMeasurable("transfer.pinned_vs_pageable", "no pinned/pageable pair measured")
 
 
-RULES = [pinned_vs_pageable]
+def copy_energy(rows: Rows):
+    """J/GB of the same-device copy (read+write counted), from the energy table."""
+    return energy_rule("transfer.copy_energy", rows, "GB")
+
+
+RULES = [pinned_vs_pageable, copy_energy]
