@@ -148,3 +148,22 @@ def test_gemm_and_copy_rows_wire_the_meter(monkeypatch):
     assert na["note"] == "not_applicable: no RAPL domains under x"
     (na2,) = gemm_energy.bf16_rows(torch.device("cpu"), 64, 0, [numerics.precision("fp32")])
     assert "bf16 not supported" in na2["note"]
+
+
+class TickingNvml(FakeNvml):
+    """A counter that advances only every 100 ms (as NVML's on an H200), polled at 1 ms a read."""
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h):
+        self.t += 0.001
+        return int(int(self.t / 0.1) * 0.1 * self.watts * 1e3)
+
+
+def test_region_ends_sit_on_counter_updates():
+    nv = TickingNvml(watts=600.0)
+    meter, _ = energy.gpu_meter("00000000:1B:00.0", nv)
+    nv.t = 0.06  # start mid-period (unaligned, this case reads 4 % high)
+    clk = Clock(nv, 0.03)
+    r = energy.measure(clk.work, meter, clock=clk)
+    assert r.resolved and r.note == ""
+    # energy of the timed region itself, not off by up to one 100 ms update at each end
+    assert r.energy_J == pytest.approx(600.0 * r.duration_s, rel=0.01)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 MIN_SECONDS = 1.0
+ALIGN_S = 0.25  # longest wait for the counter's next update (NVML: every 20-100 ms)
 POWERCAP = "/sys/class/powercap"
 COLUMNS = ["operation", "device", "meter", "work", "work_unit", "iterations", "duration_s",
            "energy_J", "avg_W", "throughput", "throughput_unit", "efficiency", "efficiency_unit",
@@ -116,14 +117,35 @@ class Reading:
     note: str = ""
 
 
+def _next_tick(meter, limit_s: float = ALIGN_S) -> float | None:
+    """Poll ``meter`` until its value changes (the counter's next update); the new value, or None
+    when it did not change within ``limit_s`` (real time)."""
+    v0 = meter.read()
+    t_end = time.perf_counter() + limit_s
+    while time.perf_counter() < t_end:
+        v = meter.read()
+        if v != v0:
+            return v
+    return None
+
+
 def measure(fn: Callable[[], None], meter, sync: Callable[[], None] = lambda: None,
             min_seconds: float = MIN_SECONDS, max_iterations: int = 1_000_000,
             clock: Callable[[], float] = time.perf_counter) -> Reading:
-    """Run ``fn`` back to back until at least ``min_seconds`` have passed (synchronized), with
-    ``meter`` read just before and just after; one warm-up call first (not counted)."""
+    """Run ``fn`` back to back for at least ``min_seconds`` (synchronized) inside two readings of
+    ``meter``; one warm-up call first (not counted).
+
+    Both ends sit on counter updates: the region starts right after an update and, once
+    ``min_seconds`` have passed, the work goes on until the next update. The counter then holds
+    exactly the energy of the timed region, instead of being up to one update period (NVML on an
+    H200: 100 ms, i.e. 10 % of a 1 s region) off at each end.
+    """
     fn()
     sync()
-    e0, t0 = meter.read(), clock()
+    e0 = _next_tick(meter)
+    aligned = e0 is not None
+    e0 = meter.read() if e0 is None else e0
+    t0 = clock()
     n = 0
     while True:
         fn()
@@ -133,12 +155,25 @@ def measure(fn: Callable[[], None], meter, sync: Callable[[], None] = lambda: No
             if clock() - t0 >= min_seconds or n >= max_iterations:
                 break
     sync()
-    t1, e1 = clock(), meter.read()
+    e1 = meter.read()
+    if aligned and n < max_iterations:
+        t_stop = clock() + ALIGN_S
+        while clock() < t_stop:  # keep working until the counter updates
+            fn()
+            n += 1
+            sync()
+            v = meter.read()
+            if v != e1:
+                e1 = v
+                break
+    t1 = clock()
     secs, joules = t1 - t0, e1 - e0
     resolved = secs >= min_seconds and joules > 0
     note = "" if resolved else (
         f"region {secs:.3f} s < {min_seconds:g} s: the counter cannot resolve it"
         if secs < min_seconds else "the energy counter did not advance")
+    if resolved and not aligned:
+        note = "counter updates not aligned (it did not change within 0.25 s): +-1 update period"
     return Reading(n, secs, joules, resolved, note)
 
 
