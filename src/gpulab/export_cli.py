@@ -115,8 +115,3 @@ def cmd_readme_table(args) -> int:
         return 2
     return 0
 
-
-if __name__ == "__main__":  # pragma: no cover
-    from gpulab.cli import main
-
-    sys.exit(main())
