@@ -162,3 +162,50 @@ def test_unresolved_energy_is_not_measurable_with_its_note():
                         "note": "region 0.2 s < 1 s: the counter cannot resolve it"}])
     out = transfer_f.copy_energy(FakeRows("transfer", {"energy": df}))
     assert isinstance(out[0], NotMeasurable) and "cannot resolve" in out[0].reason
+
+
+def _ring(ratios, bar_verdict=None):
+    rows = []
+    for n, x in ratios.items():
+        rows += [{"algorithm": "library", "bytes": n, "busbw_GBps": 100.0, "world_size": 8},
+                 {"algorithm": "ring", "bytes": n, "busbw_GBps": 100.0 * x, "world_size": 8}]
+    tables = {"allreduce_algorithms": pd.DataFrame(rows)}
+    if bar_verdict:
+        from gpulab.collectives import findings as cf
+
+        last = ratios[max(ratios)]
+        tables["bars"] = outcomes.bars_frame([Bar.measure(cf.RING_BAR, 100 * last, 100.0,
+                                                          source="library", threshold=0.7,
+                                                          unit="GB/s")])
+    return tables
+
+
+def test_ring_reaches_library_from_a_size_and_agrees_with_its_bar():
+    from gpulab.collectives import findings as cf
+
+    f = cf.ring_reaches_library(FakeRows("collectives", _ring(
+        {1 << 10: 0.2, 1 << 20: 0.5, 1 << 26: 0.75, 1 << 30: 0.9}, "x")))
+    assert f.statement == ("the hand-written ring all-reduce reaches 0.7 of the library from 64 MiB "
+                           "on (0.75 there, 0.90 at 1 GiB)")
+    assert f.claim == "pass" and f.bar == cf.RING_BAR
+    low = cf.ring_reaches_library(FakeRows("collectives", _ring({1 << 20: 0.8, 1 << 30: 0.5}, "x")))
+    assert "stays below 0.7 of the library up to 1 GiB (0.50" in low.statement
+    assert low.claim == "fail"
+    assert isinstance(cf.ring_reaches_library(FakeRows("collectives", {})), NotMeasurable)
+
+
+def test_sort_winner_by_key_count():
+    from gpulab.sort import findings as sf
+
+    rows = []
+    for n, times in ((4096, {"p2p": 1.0, "radix": 2.0}), (1 << 20, {"p2p": 1.0, "radix": 2.0}),
+                     (1 << 24, {"p2p": 3.0, "radix": 2.0})):
+        for algo, t in times.items():
+            for dev in (1, 4):
+                rows.append({"sweep": "size", "scope": "host-to-host", "devices": dev,
+                             "n_keys": n, "algorithm": algo, "time_s_median": t * dev,
+                             "keys_per_s": n / t, "key_type": "uint32", "distribution": "uniform"})
+    f = sf.winner_by_key_count(FakeRows("sort", {"runs": pd.DataFrame(rows)}))
+    assert f.statement == ("fastest sort on 4 device(s), host to host: p2p from 4,096 to 1,048,576 "
+                           "keys; radix at 16,777,216 keys")
+    assert [r["keys"]["algorithm"] for r in f.rows] == ["p2p", "p2p", "radix"]
