@@ -209,3 +209,19 @@ def test_sort_winner_by_key_count():
     assert f.statement == ("fastest sort on 4 device(s), host to host: p2p from 4,096 to 1,048,576 "
                            "keys; radix at 16,777,216 keys")
     assert [r["keys"]["algorithm"] for r in f.rows] == ["p2p", "p2p", "radix"]
+
+
+def test_best_comm_hook():
+    from gpulab.train import findings as tf
+
+    df = pd.DataFrame([{"sweep": "comm", "model": "cnn", "devices": 2, "local_batch": 32,
+                        "bucket_cap_mb": 1, "comm_hook": h, "samples_per_s": v}
+                       for h, v in (("none", 2000.0), ("fp16", 3000.0), ("powersgd", 4000.0))])
+    (f,) = tf.best_comm_hook(FakeRows("train", {"ddp": df}))
+    assert f.statement == ("the powersgd DDP hook trains cnn 2.00x faster than no hook on 2 devices "
+                           "(4000 vs 2000 samples/s, local batch 32, bucket 1 MB)")
+    assert [r["keys"]["comm_hook"] for r in f.rows] == ["powersgd", "none"]
+    df.loc[df.comm_hook == "none", "samples_per_s"] = 5000.0
+    (g,) = tf.best_comm_hook(FakeRows("train", {"ddp": df}))
+    assert g.statement.startswith("DDP with no communication hook is the fastest for cnn")
+    assert isinstance(tf.best_comm_hook(FakeRows("train", {})), NotMeasurable)
