@@ -159,20 +159,23 @@ def _finished(a: dict) -> dt.datetime | None:
     return None
 
 
+def select(readable: list[tuple[Path, dict]], stages: Iterable[str] | None = None,
+           hosts: Iterable[str] | None = None, since: str | None = None) -> list[tuple[Path, dict]]:
+    """The (path, attrs) of ``readable`` that pass the stage, host and time filters."""
+    stages, hosts, t0 = set(stages or ()), set(hosts or ()), _since(since)
+    return [(f, a) for f, a in readable
+            if (not stages or str(a["stage"]) in stages)
+            and (not hosts or str(a.get("host")) in hosts)
+            and (t0 is None or (_finished(a) is not None and _finished(a) >= t0))]
+
+
 def tidy(files: Iterable[str | os.PathLike], stages: Iterable[str] | None = None,
          hosts: Iterable[str] | None = None, since: str | None = None) -> pd.DataFrame:
     """The long table of ``files`` (columns :data:`COLUMNS`), filtered by stage, host and time."""
     readable = list(results.with_attrs(files, "export"))
     probe_models = gpu_models(readable)
-    stages, hosts, t0 = set(stages or ()), set(hosts or ()), _since(since)
     rows = []
-    for f, a in readable:
-        if stages and str(a["stage"]) not in stages:
-            continue
-        if hosts and str(a.get("host")) not in hosts:
-            continue
-        if t0 is not None and (_finished(a) is None or _finished(a) < t0):
-            continue
+    for f, a in select(readable, stages, hosts, since):
         prov = {"stage": str(a["stage"]), "variant": str(a.get("variant", "")),
                 "host": str(a.get("host", "")), "gpu_model": model_of(a, probe_models),
                 "device_kind": str(a.get("device_kind", "")), "commit": str(a.get("git_commit", "")),

@@ -57,9 +57,8 @@ def cmd_export(args) -> int:
         if "prom" in formats:
             from gpulab import export_prom
 
-            chosen = [f for f, a in results.with_attrs(files, "export")
-                      if (not args.stage or a["stage"] in args.stage)
-                      and (not args.host or a.get("host") in args.host)]
+            chosen = [f for f, _ in export.select(list(results.with_attrs(files, "export")),
+                                                  args.stage, args.host, args.since)]
             p = export_prom.write(chosen, args.out.with_name(args.out.name + ".prom"))
             print(f"wrote {p}")
         rest = [f for f in formats if f != "prom"]
