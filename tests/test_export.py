@@ -94,3 +94,11 @@ def test_read_names_a_file_that_is_not_an_export(tmp_path):
     bad.write_text("a,b\n1,2\n")
     with pytest.raises(export.ExportError, match="x.csv: not a gpulab export"):
         export.read(bad)
+
+
+def test_snakemake_export_target_follows_the_stage_results(workflow_dir):
+    from conftest import planned_rules
+
+    counts = planned_rules(workflow_dir, "export")
+    assert counts.get("export") == 1
+    assert counts.get("probe") == 1 and "report" not in counts  # the results, not the report
