@@ -36,6 +36,8 @@ include: "workflow/rules/stages.smk"
 # Health, baselines and the fleet view: targets over the stage rules (and per-node cluster jobs).
 include: "workflow/rules/fleet.smk"
 include: "workflow/rules/report.smk"
+# `export`: every result as one tidy table (Parquet, CSV, JSON Lines).
+include: "workflow/rules/export.smk"
 
 
 rule all:

@@ -247,3 +247,42 @@ def test_collective_busbw_above_the_memory_bandwidth_fails_the_physical_limit():
     got = assemble.plausibility_checks(lib, "NVIDIA H200")
     assert [c.verdict for c in got] == ["pass", "fail"]
     assert "exceeds the physical limit" in got[1].note
+
+
+def test_parse_nccl_tests_json_matches_its_text():
+    doc = (FIX / "all_reduce_perf_8gpu.json").read_text()
+    rows = nccltests.parse_json(doc)
+    text = nccltests.parse((FIX / "all_reduce_perf_8gpu.txt").read_text())[-1]
+    assert rows[0] == text  # the same run, through either format
+    # cpu_time instead of time, "nan" strings and a null #wrong read as NaN, never as 0
+    assert math.isnan(rows[1]["ip_time_us"]) and math.isnan(rows[1]["oop_wrong"])
+    assert rows[1]["oop_busbw_GBps"] == pytest.approx(406.7)
+
+
+def _fake_nccl_tests(tmp_path, help_text: str):
+    """An all_reduce_perf stand-in: prints help_text for -h; writes the JSON fixture where -J
+    points (the way nccl-tests does) and prints the text fixture."""
+    exe = tmp_path / "all_reduce_perf"
+    exe.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = -h ]; then echo "{help_text}"; exit 0; fi\n'
+        'while [ $# -gt 0 ]; do if [ "$1" = -J ]; then J="$2"; fi; shift; done\n'
+        f'if [ -n "$J" ]; then cp {FIX / "all_reduce_perf_8gpu.json"} "$J"; '
+        f'sed "s/408.66/1.00/" {FIX / "all_reduce_perf_8gpu.txt"}; '
+        f'else cat {FIX / "all_reduce_perf_8gpu.txt"}; fi\n')
+    exe.chmod(0o755)
+    return str(exe)
+
+
+def test_run_reads_json_where_the_build_has_J_else_text(tmp_path):
+    new = tmp_path / "new"
+    new.mkdir()
+    exe = _fake_nccl_tests(new, "USAGE: all_reduce_perf [-J,--output_file <file>]")
+    assert nccltests.supports_json(exe)
+    rows = nccltests.run(exe, 8, 2**30)
+    assert rows[0]["ip_busbw_GBps"] == pytest.approx(408.66)  # from the JSON, not the text
+    old = tmp_path / "old"
+    old.mkdir()
+    exe = _fake_nccl_tests(old, "USAGE: all_reduce_perf [-b,--minbytes <min size in bytes>]")
+    assert not nccltests.supports_json(exe)
+    assert nccltests.run(exe, 8, 2**30)[-1]["ip_busbw_GBps"] == pytest.approx(408.66)

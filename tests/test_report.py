@@ -194,7 +194,7 @@ def test_report_has_the_chapters_of_a_paper(built):
     b, _ = built
     assert b.errors == []
     ids = re.findall(r'<section id="([\w-]+)">', b.html)
-    assert ids == ["abstract", "system", "methods", "results", "stage-fakebench", "comparison", "fleet", "provenance"]
+    assert ids == ["abstract", "findings", "system", "methods", "results", "stage-fakebench", "comparison", "fleet", "provenance"]
     abstract = _section(b.html, "abstract")
     # Headline numbers are generated per host by the section, with the device kind beside them.
     assert re.search(r"Peak 3\d{3}\.\d GB/s on gpuhost", abstract) and "Peak 1" in abstract

@@ -108,6 +108,9 @@ def parser() -> argparse.ArgumentParser:
                                    "recorded. Each damaged file is named with the command that "
                                    "redoes it. Exit 1 on any damage.")
     _common(v)
+    from gpulab import export_cli  # export, bundle and readme-table verbs live in their own module
+
+    export_cli.add_parsers(sub, _common)
     return ap
 
 
@@ -204,6 +207,8 @@ def main(argv=None) -> int:
     verbs = {"baseline": cmd_baseline, "compare": cmd_compare, "fleet": cmd_fleet,
              "verify": cmd_verify}
     try:
+        if hasattr(args, "run"):  # verbs registered by other modules (gpulab.export_cli)
+            return args.run(args)
         return verbs[args.command](args)
     except bl.BaselineError as exc:
         print(f"gpulab {args.command}: {exc}", file=sys.stderr)

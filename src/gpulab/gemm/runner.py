@@ -9,7 +9,7 @@ import pandas as pd
 import torch
 
 from gpulab import launch, outcomes, plausible
-from gpulab.gemm import numerics, scaling, single
+from gpulab.gemm import energy, numerics, scaling, single
 from gpulab.outcomes import Check, NotApplicable
 from gpulab.stage import StageContext
 
@@ -123,6 +123,7 @@ def run(ctx: StageContext):
                                       cfg["seed"])
         bars, checks = single.peak_bars(dev0, devices[0].name, cfg["bar_size"], precs,
                                         cfg["warmup"], cfg["repeats"], cfg["seed"])
+        energy_rows = energy.bf16_rows(dev0, cfg["bar_size"], cfg["seed"], precs)
         if kind == "cuda":
             checks.append(single.harness_check(dev0, cfg["bar_size"], cfg["warmup"],
                                                cfg["repeats"], cfg["seed"]))
@@ -176,6 +177,7 @@ def run(ctx: StageContext):
         tables.append(("per_gpu", pd.DataFrame(per_gpu_rows)))
     for name, df in tables:
         result.add_table(name, df, outcomes.units_for(df, EXTRA_UNITS))
+    result.add_table("energy", pd.DataFrame(energy_rows, columns=energy.COLUMNS), energy.UNITS)
     result.add_table("bars", outcomes.bars_frame(bars))
     result.add_table("checks", outcomes.checks_frame(checks))
     result.add_table("not_applicable", outcomes.not_applicable_frame(skipped))

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from gpulab import results
+from gpulab import findings, results
 from gpulab.report import chapters, damage, fragments, provenance, sections
+from gpulab.report import energy as energy_figure
 from gpulab.report import fleet as fleet_chapter
 from gpulab.report.html import Figures, error_box, esc, note, page
 
@@ -25,7 +26,12 @@ log = logging.getLogger("gpulab.report")
 
 # Chapters between the abstract and the system under test, in this order: (section id, heading,
 # builder(fragments, result files, figures) -> HTML). A builder that raises becomes an error box.
-AFTER_ABSTRACT: list[tuple[str, str, Callable]] = []
+AFTER_ABSTRACT: list[tuple[str, str, Callable]] = [
+    # Findings (issue 27): statements derived by named rules of each stage from result rows, and the
+    # throughput-vs-energy figure.
+    ("findings", "Findings",
+     lambda frags, files, figs: findings.findings_html(files) + energy_figure.render(files, figs)),
+]
 
 
 @dataclass

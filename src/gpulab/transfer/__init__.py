@@ -14,7 +14,7 @@ import pandas as pd
 
 from gpulab import config as cfgmod
 from gpulab import outcomes, phases, results
-from gpulab.transfer import bars, hostmem, malloc, matrices, seedref
+from gpulab.transfer import bars, energy, hostmem, malloc, matrices, seedref
 from gpulab.transfer.measure import CONVENTIONS, MAX_QUEUED, ROW_UNITS
 
 log = logging.getLogger("gpulab.transfer")
@@ -134,6 +134,8 @@ def run(ctx):
     else:
         with phases.phase("CPU virtual-device matrices"):
             peer_pairs, bar_rows, check_rows = _cpu(result, cfg, n)
+    with phases.phase("energy of the same-device copy"):
+        energy.add_table(result, cfg, kind)
     check_rows += bars.copy_checks({k: result.tables.get(k) for k in ("host_memcpy", "host_threads")})
     result.add_table(outcomes.BARS, outcomes.bars_frame(bar_rows))
     checks = outcomes.checks_frame(check_rows)
