@@ -126,6 +126,23 @@ def test_report_code_covers_sections_and_what_they_read():
     assert "src/gpulab/probe/section.py" in one and "src/gpulab/gemm/section.py" not in one
 
 
+def test_findings_rules_are_report_code_not_stage_code():
+    # issue 27: a stage's findings rules are read by the report only; editing one must re-render the
+    # report, not rerun the benchmark (before, every .py of a stage's package was its job's code).
+    found = [s for s in stages.STAGES if (REPO / "src/gpulab" / s / "findings.py").is_file()]
+    assert found
+    for s in found:
+        rule = f"src/gpulab/{s}/findings.py"
+        assert rule not in {Path(p).as_posix() for p in workflow.stage_code(s, Path("."))}
+        assert rule in {Path(p).relative_to(REPO).as_posix() for p in workflow.report_code(REPO, [s])}
+
+
+def test_code_inputs_have_no_leading_dot_slash():
+    # Snakemake warns on every rule whose inputs start with "./" (the workflow's base is ".").
+    paths = workflow.stage_code("transfer", Path(".")) + workflow.report_code(Path("."))
+    assert paths and not [p for p in paths if p.startswith("./")]
+
+
 def test_closure_sees_an_edit(tmp_path):
     root = _tree(tmp_path, {"src/gpulab/__init__.py": "", "src/gpulab/a.py": "",
                             "src/gpulab/b.py": ""})

@@ -30,25 +30,34 @@ class WorkflowConfigError(ValueError):
 
 def _rel(paths: Iterable[Path], base: Path) -> list[str]:
     base_abs = Path(base).resolve()
-    return [os.path.join(base, os.path.relpath(p, base_abs)) for p in paths]
+    # normpath: Snakemake warns about (and may mismatch) paths that start with "./".
+    return [os.path.normpath(os.path.join(base, os.path.relpath(p, base_abs))) for p in paths]
 
 
 def section_file(spec: registry.StageSpec, base: Path) -> Path:
     return Path(base, "src", *spec.section_module().split(".")).with_suffix(".py")
 
 
+def report_side_modules(stage: str, base: Path) -> list[Path]:
+    """The modules of a stage that the report imports, never its job: its report section and its
+    findings rules (gpulab.findings)."""
+    spec = registry.STAGES.get(stage)
+    files = [section_file(spec, base)] if spec else []
+    files.append(Path(base, "src", PACKAGE, stage, "findings.py"))
+    return [f for f in files if f.is_file()]
+
+
 def stage_code(stage: str, base: Path) -> list[str]:
     """Code inputs of a stage's jobs: its script (else the generic entry point), every module of its
-    package but its report section, and all they import and read, within ``gpulab``."""
+    package but those only the report imports, and all they import and read, within ``gpulab``."""
     base = Path(base)
     src = base / "src"
-    spec = registry.STAGES.get(stage)
     script = base / "scripts" / f"{stage}.py"
     roots = [script] if script.is_file() else [module_file(f"{PACKAGE}.stage", src)]
     pkg = src / PACKAGE / stage
     own = sorted(pkg.rglob("*.py")) if pkg.is_dir() else [pkg.with_suffix(".py")]
-    section = section_file(spec, base).resolve() if spec else None
-    roots += [p for p in own if p.is_file() and p.resolve() != section]
+    report_side = {p.resolve() for p in report_side_modules(stage, base)}
+    roots += [p for p in own if p.is_file() and p.resolve() not in report_side]
     if pkg.is_dir():
         roots += [p for p in package_data(src) if p.is_relative_to(pkg.resolve())]
     return _rel(code_closure(roots, src), base)
@@ -68,7 +77,7 @@ def report_code(base: Path, stages: Iterable[str] | None = None, entry: str = "r
     src = base / "src"
     names = registry.ORDER if stages is None else list(stages)
     roots = [base / "scripts" / f"{entry}.py", *sorted((src / PACKAGE / "report").rglob("*.py"))]
-    roots += [section_file(registry.get(s), base) for s in names]
+    roots += [p for s in names for p in report_side_modules(s, base)]
     return _rel(code_closure([r for r in roots if r.is_file()], src), base)
 
 
