@@ -7,11 +7,12 @@ CORES  ?= all
 # Extra Snakemake arguments, e.g.  make run ARGS="--resources gpu=2"  or  ARGS="probe"
 ARGS   ?=
 
-.PHONY: run test dry-run venv wheelhouse install-offline clean help
+.PHONY: run test check dry-run venv wheelhouse install-offline clean help
 
 help:
 	@echo "make run        run the whole pipeline (CPU virtual devices when no GPU is present)"
-	@echo "make test       run the test suite"
+	@echo "make test       run the test suite (everything; what CI runs)"
+	@echo "make check      the quick tier for the edit-run loop: unit tests only, no Snakemake runs"
 	@echo "make dry-run    show which jobs would run"
 	@echo "make wheelhouse build an offline wheel folder for an air-gapped GPU node (PYVER=3.12)"
 	@echo "make clean      remove results/ and Snakemake's state"
@@ -32,6 +33,10 @@ dry-run: venv
 
 test: venv
 	$(BIN)/python -m pytest $(ARGS)
+
+# The unit tier: every test not marked e2e (those start Snakemake or a real cluster).
+check: venv
+	$(BIN)/python -m pytest -m "not e2e" -q $(ARGS)
 
 PYVER    ?= 3.12
 PLATFORM ?= manylinux_2_28_x86_64
