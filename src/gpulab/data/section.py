@@ -80,7 +80,7 @@ def _size_figure(files: list[Path], figs: Figures) -> str:
     if w.empty:
         return ""
     fig, ax = plt.subplots(figsize=(7, 3.2))
-    sns.barplot(data=w, x="format", y="bytes_per_value", hue="dataset", ax=ax)
+    sns.barplot(data=w, x="format", y="bytes_per_value", hue="dataset", seed=0, ax=ax)
     ax.set_ylabel("bytes on disk per stored value")
     ax.set_xlabel("format")
     ax.legend(fontsize=7, title=None)

@@ -80,7 +80,7 @@ def _divide_figure(df: pd.DataFrame, figs: Figures) -> str:
     multi = d["who"].nunique() > 1
     fig, ax = plt.subplots(figsize=(7, 4))
     sns.lineplot(data=d[d.variant != "copy"], x="MiB", y="gbps", hue="variant",
-                 style="who" if multi else None, marker="o", ax=ax)
+                 style="who" if multi else None, marker="o", seed=0, ax=ax)
     if "cache_resident" in d and d["cache_resident"].astype(bool).any():
         top = d[d["cache_resident"].astype(bool)]["MiB"].max()
         ax.axvspan(d["MiB"].min(), top, color="0.85", zorder=0, label="fits in L2 (cache, not memory)")

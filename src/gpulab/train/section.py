@@ -160,7 +160,7 @@ def _pipeline(pairs, figs: Figures) -> list[str]:
     ran = pl[pl["note"] == ""]
     fig, ax = plt.subplots(figsize=(6, 3.2))
     sns.lineplot(data=ran, x="microbatches", y="bubble_measured", hue="schedule", style="system",
-                 marker="o", ax=ax)
+                 marker="o", seed=0, ax=ax)
     theory = ran.drop_duplicates(["stages", "microbatches"]).sort_values("microbatches")
     for p, d in theory.groupby("stages"):
         ax.plot(d["microbatches"], d["bubble_gpipe"], "k--", lw=1, label=f"GPipe (p-1)/(m+p-1), p={p}")

@@ -136,7 +136,9 @@ def _sweep_figure(df: pd.DataFrame, figs: Figures, x: str, hue: str, style: str 
     d = df.copy()
     d["KiB"] = d[x] / 1024
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
-    sns.lineplot(data=d, x="KiB", y="value_median", hue=hue, style=style, marker="o", ax=ax)
+    # seed=0 here and in every section: seaborn bootstraps its error band at random, and two builds
+    # of one report from the same results must draw the same figures.
+    sns.lineplot(data=d, x="KiB", y="value_median", hue=hue, style=style, marker="o", seed=0, ax=ax)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("bytes per copy (KiB)")
@@ -191,7 +193,8 @@ def _malloc_figure(files: list[Path], figs: Figures) -> str:
     m["peer access"] = m["peer_access"] + " (" + m["peers"].astype(str) + " peers)"
     fig, ax = plt.subplots(figsize=(7, 4))
     sns.lineplot(data=m, x="prior allocations", y="time_us_median", hue="peer access",
-                 style="who" if m["who"].nunique() > 1 else None, marker="o", ax=ax)
+                 style="who" if m["who"].nunique() > 1 else None, marker="o", seed=0,
+                 ax=ax)
     ax.set_xscale("log", base=2)
     ax.set_ylabel("cudaMalloc time (us, median in bin)")
     return figs.figure(fig, "cudaMalloc cost vs number of prior live allocations (power-of-two bins, "
