@@ -485,11 +485,11 @@ def test_a_fragment_of_other_results_or_unreadable_is_rendered_again(two_hosts, 
 
 
 def test_fragment_plan_reruns_a_fragment_on_its_own_results_only():
-    from gpulab.report import fragments
+    from gpulab import workflow
 
     res = ["results/probe/h.h5", "results/kernels/h/a.h5", "results/sort/h/main.h5",
            "results/kernels/h/b.h5", "results/baseline/h/b0.json"]
-    plan = fragments.plan(res, ["probe", "data", "kernels", "sort"])
+    plan = workflow.fragment_plan(res, ["probe", "data", "kernels", "sort"])
     assert list(plan) == ["probe", "kernels", "sort"]  # report order; no results, no fragment
     assert plan["kernels"]["own"] == ["results/kernels/h/a.h5", "results/kernels/h/b.h5"]
     assert plan["kernels"]["after"] == ["results/probe/h.h5", "results/sort/h/main.h5"]

@@ -309,3 +309,14 @@ def test_workflow_module_names_no_stage():
     text = (REPO / "src/gpulab/workflow.py").read_text()
     for name in stages.STAGES:
         assert f'"{name}"' not in text and f"'{name}'" not in text, name
+
+
+def test_the_report_assembly_reads_findings_rules_but_no_section():
+    # The assembly only joins current fragments: a section edit re-renders that stage's fragment,
+    # then the assembly (its fragment changed), never every chapter.
+    asm = {Path(p).relative_to(REPO).as_posix() for p in workflow.report_code(REPO, assembly=True)}
+    full = {Path(p).relative_to(REPO).as_posix() for p in workflow.report_code(REPO)}
+    sections = {workflow.section_file(s, REPO).relative_to(REPO).as_posix()
+                for s in stages.STAGES.values() if workflow.section_file(s, REPO).is_file()}
+    assert sections and sections <= full and not sections & asm
+    assert "src/gpulab/gemm/findings.py" in asm and "scripts/report.py" in asm

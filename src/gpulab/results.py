@@ -431,8 +431,17 @@ def verify_all(paths: Iterable[str | os.PathLike]) -> tuple[list[Path], list[Dam
     return good, damaged
 
 
+# <stage>/<host>/<variant>.h5: the deepest a result lies under the results folder.
+RESULT_DEPTH = 3
+
+
 def find_results(root: str | os.PathLike = "results", stage: str | None = None) -> list[Path]:
-    """All result files under ``root`` (optionally of one stage), in a stable order."""
+    """All result files under ``root`` (optionally of one stage), in a stable order.
+
+    Results lie at ``<stage>/<host>.h5`` or ``<stage>/<host>/<variant>.h5``; HDF5 files deeper
+    down are a stage's generated inputs (the data stage's datasets under ``data/<host>/files/``
+    and ``data/<host>/train/``), not results, and are not read as such."""
     root = Path(root)
     pattern = f"{stage}/**/*.h5" if stage else "**/*.h5"
-    return sorted(p for p in root.glob(pattern) if not p.name.startswith("."))
+    return sorted(p for p in root.glob(pattern)
+                  if not p.name.startswith(".") and len(p.relative_to(root).parts) <= RESULT_DEPTH)

@@ -38,11 +38,11 @@ def section_file(spec: registry.StageSpec, base: Path) -> Path:
     return Path(base, "src", *spec.section_module().split(".")).with_suffix(".py")
 
 
-def report_side_modules(stage: str, base: Path) -> list[Path]:
-    """The modules of a stage that the report imports, never its job: its report section and its
-    findings rules (gpulab.findings)."""
+def report_side_modules(stage: str, base: Path, sections: bool = True) -> list[Path]:
+    """The modules of a stage that the report imports, never its job: its report section (unless
+    ``sections`` is false) and its findings rules (gpulab.findings)."""
     spec = registry.STAGES.get(stage)
-    files = [section_file(spec, base)] if spec else []
+    files = [section_file(spec, base)] if spec and sections else []
     files.append(Path(base, "src", PACKAGE, stage, "findings.py"))
     return [f for f in files if f.is_file()]
 
@@ -69,16 +69,37 @@ def script_code(script: str, base: Path) -> list[str]:
     return _rel(code_closure([base / "scripts" / f"{script}.py"], base / "src"), base)
 
 
-def report_code(base: Path, stages: Iterable[str] | None = None, entry: str = "report") -> list[str]:
+def report_code(base: Path, stages: Iterable[str] | None = None, entry: str = "report",
+                assembly: bool = False) -> list[str]:
     """Code inputs of a report rule: its script, the report package, the report sections of
     ``stages`` (default: every stage; one stage for a rule rendering that stage's chapter), and all
-    they import and read (sections are imported by name at run time, so they are roots here)."""
+    they import and read (sections are imported by name at run time, so they are roots here).
+
+    ``assembly``: the workflow's report job, which only assembles current fragments (each rendered
+    by the fragment job whose code holds its section): the findings rules of every stage, no
+    section, so editing one section re-renders its fragment and not every chapter's."""
     base = Path(base)
     src = base / "src"
     names = registry.ORDER if stages is None else list(stages)
     roots = [base / "scripts" / f"{entry}.py", *sorted((src / PACKAGE / "report").rglob("*.py"))]
-    roots += [p for s in names for p in report_side_modules(s, base)]
+    roots += [p for s in names for p in report_side_modules(s, base, sections=not assembly)]
     return _rel(code_closure([r for r in roots if r.is_file()], src), base)
+
+
+def fragment_plan(stage_results: list[str], stages: list[str]) -> dict[str, dict[str, list[str]]]:
+    """The workflow's fragment jobs, from the results the report reads (``results/<stage>/...``;
+    on a cluster every node's): one per stage of ``stages`` that has results, in that order, with
+    its ``own`` results (a change re-renders its fragment) and ``after``, every other stage's, which
+    it only waits for (Snakemake's ancient()): no fragment renders while a timing job may still run,
+    and once they all exist the fragments render side by side. Other files (a baseline comparison)
+    are the report's alone."""
+    own: dict[str, list[str]] = {s: [] for s in stages}
+    for f in stage_results:
+        parts = Path(f).parts
+        if len(parts) > 2 and parts[1] in own:
+            own[parts[1]].append(str(f))
+    every = [f for fs in own.values() for f in fs]
+    return {s: {"own": fs, "after": [f for f in every if f not in fs]} for s, fs in own.items() if fs}
 
 
 # --- resources -----------------------------------------------------------------------------------

@@ -92,9 +92,10 @@ def script_code(script):
     return gpulab_workflow.script_code(script, BASE)
 
 
-def report_code(stages=None):
-    """Code inputs of a report rule (of one stage's chapter where ``stages`` names it)."""
-    return gpulab_workflow.report_code(BASE, stages)
+def report_code(stages=None, assembly=False):
+    """Code inputs of a report rule (of one stage's chapter where ``stages`` names it; of the
+    assembly of current fragments where ``assembly``)."""
+    return gpulab_workflow.report_code(BASE, stages, assembly=assembly)
 
 
 def stage_inputs(stage):

@@ -17,17 +17,15 @@ if not REPORT_CHROMIUM and config["report"]["pdf"]:
     logger.warning(REPORT_NO_PDF)
 # Each stage's chapter is a fragment rendered by a job of its own from that stage's results, so a
 # change to one stage re-renders one chapter; the report job assembles the fragments, the abstract
-# and the chapters across stages (comparison, fleet, provenance). gpulab.report.fragments.plan: a
+# and the chapters across stages (comparison, fleet, provenance). gpulab.workflow.fragment_plan: a
 # fragment waits for every stage's results (never rendering beside a timing job), and reruns only
 # when its own change.
-from gpulab.report import fragments as gpulab_fragments
-
 REPORT_FRAGMENTS = "results/report/fragments"
-REPORT_PLAN = gpulab_fragments.plan(STAGE_RESULTS, gpulab_stages.ORDER)
+REPORT_PLAN = gpulab_workflow.fragment_plan(STAGE_RESULTS, gpulab_stages.ORDER)
 REPORT_STAGES = list(REPORT_PLAN)
-# Code inputs, computed (gpulab.workflow.report_code): the assembly's reach every stage's section
-# (it renders a chapter itself where no current fragment exists); a fragment's reach its own only.
-REPORT_CODE = report_code()
+# Code inputs, computed (gpulab.workflow.report_code): a fragment's reach its own section; the
+# assembly's every stage's findings rules and no section (its fragments are inputs, always current).
+REPORT_CODE = report_code(assembly=True)
 
 
 rule report_fragment:
@@ -61,7 +59,9 @@ rule report:
     params:
         title=config["report"]["title"],
         pdf=lambda wildcards, output: f"--pdf {output.pdf}" if REPORT_CHROMIUM else "",
-        fragments=REPORT_FRAGMENTS,
+        # From the inputs, not restated (Snakemake's lint: a hard-coded prefix of an input).
+        fragments=lambda wildcards, input: os.path.dirname(input.fragments[0])
+        if input.fragments else REPORT_FRAGMENTS,
     log:
         "results/logs/report/report.log",
     shell:

@@ -171,19 +171,3 @@ def load_current(stage: str, files: list[Path], fragment_dir: Path | None) -> Fr
             log.info("report: fragment %s is not of the current results of stage '%s'; "
                      "rendering it here", path, stage)
     return render(stage, files)
-
-
-def plan(stage_results: list[str], stages: list[str]) -> dict[str, dict[str, list[str]]]:
-    """The workflow's fragment jobs, from the results the report reads (``results/<stage>/...``;
-    on a cluster every node's): one per stage of ``stages`` that has results, in that order, with
-    its ``own`` results (a change re-renders its fragment) and ``after``, every other stage's, which
-    it only waits for (Snakemake's ancient()): no fragment renders while a timing job may still run,
-    and once they all exist the fragments render side by side. Other files (a baseline comparison)
-    are the report's alone."""
-    own: dict[str, list[str]] = {s: [] for s in stages}
-    for f in stage_results:
-        parts = Path(f).parts
-        if len(parts) > 2 and parts[1] in own:
-            own[parts[1]].append(str(f))
-    every = [f for fs in own.values() for f in fs]
-    return {s: {"own": fs, "after": [f for f in every if f not in fs]} for s, fs in own.items() if fs}
