@@ -1,3 +1,5 @@
+import copy
+
 import pytest
 import yaml
 
@@ -97,3 +99,50 @@ def test_script_run_by_hand_validates_its_section(tmp_path):
                        capture_output=True, text=True)
     assert p.returncode != 0 and "key 'probe.gpus'" in p.stderr
     assert not (tmp_path / "p.h5").exists()
+
+
+def _settings_classes():
+    from gpulab import stages
+
+    return {name: spec.settings_class() for name, spec in stages.STAGES.items()}
+
+
+def test_every_stage_has_a_typed_view_whose_fields_are_its_schema_keys_and_types():
+    classes = _settings_classes()
+    assert all(classes.values()), [n for n, c in classes.items() if c is None]
+    for name, cls in classes.items():
+        assert config.settings_drift(cls, config.schema(name)) == [], name
+
+
+def test_a_schema_key_without_a_field_or_of_another_type_is_drift():
+    cls = _settings_classes()["kernels"]
+    sch = copy.deepcopy(config.schema("kernels"))
+    sch["properties"]["spare"] = {"type": "integer", "default": 1}
+    sch["properties"]["split"]["properties"]["extra"] = {"type": "boolean", "default": False}
+    sch["properties"]["divisor"] = {"type": "number", "default": 3}
+    sch["properties"]["variants"]["items"] = {"type": "integer"}
+    del sch["properties"]["block"]
+    assert sorted(config.settings_drift(cls, sch)) == [
+        "block: a field of Settings, not in the schema",
+        "divisor: the schema allows (float), the field is (int)",
+        "spare: in the schema, no field of Settings",
+        "split.extra: in the schema, no field of Split",
+        "variants: the schema allows (tuple of (int)), the field is (tuple of (str))"]
+
+
+def test_a_typed_view_is_frozen_with_tuples_and_nested_views_and_goes_back_to_the_section():
+    import dataclasses
+
+    cls = _settings_classes()["data"]
+    section = config.validate_section("data", {"inputs": [{"path": "x.csv"}]})
+    view = cls.from_section(section)
+    assert view.tabular_rows == (2000, 10000) and view.image_shape == (3, 16, 16)
+    assert view.train.tabular_classes == 4
+    assert view.inputs[0].path == "x.csv" and view.inputs[0].label == "label"
+    assert view.inputs[0].format is None  # optional, no default
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        view.seed = 1
+    back = view.as_section()
+    assert back == {**section, "inputs": [{"path": "x.csv", "label": "label", "format": None}]}
+    gemm = _settings_classes()["gemm"].from_section(config.validate_section("gemm", {}))
+    assert gemm.sizes == ((512, 512, 512), (768, 256, 512)) and gemm.per_device.size == 0

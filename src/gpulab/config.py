@@ -9,9 +9,12 @@ properties. Defaults from the schemas are filled in, so rules can rely on every 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import functools
 import re
+import types
+import typing
 from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -271,6 +274,15 @@ def validate_section(stage: str, section: dict) -> dict:
     return section
 
 
+def validate_devices(devices: dict) -> dict:
+    """The top-level `devices` section validated on its own (defaults filled in), for a stage
+    script run by hand with a payload that no workflow validated."""
+    try:
+        return validate({"devices": devices})["devices"]
+    except ConfigError as exc:
+        raise ConfigError(str(exc).replace("<config>: ", "")) from None
+
+
 def load(paths: Iterable[str | Path], schema_path: str | Path | None = None) -> dict:
     """Load and merge config files (later ones override earlier ones, recursively), then validate."""
     merged: dict = {}
@@ -289,3 +301,157 @@ def deep_merge(a: Mapping, b: Mapping) -> dict:
     for k, v in b.items():
         out[k] = deep_merge(out[k], v) if isinstance(v, Mapping) and isinstance(out.get(k), Mapping) else v
     return out
+
+
+# --- Typed views: each stage reads its validated section through a frozen dataclass -------------
+# The schema states every key, type and default; a stage's `settings.py` states the same keys as
+# fields, without defaults (a view is built from a validated section, which has every key), and
+# `settings_drift` checks the two agree, so neither can gain a key the other lacks.
+
+class TypedSection:
+    """Base of a stage's frozen settings dataclass: built once from its validated section."""
+
+    @classmethod
+    def from_section(cls, section: Mapping):
+        return typed(cls, section)
+
+    def as_section(self) -> dict:
+        """The plain section again (lists, dicts): what crosses to worker processes as JSON."""
+        return _plain(self)
+
+
+def typed(cls, section: Mapping):
+    """``cls`` (a dataclass) from a validated ``section``: nested objects become their dataclasses
+    and lists tuples. A key the schema leaves optional and without default reads None."""
+    hints = typing.get_type_hints(cls)
+    return cls(**{f.name: _convert(hints[f.name], section.get(f.name))
+                  for f in dataclasses.fields(cls)})
+
+
+def _arms(tp) -> tuple:
+    return typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
+
+
+def _convert(tp, value):
+    if value is None:
+        return None
+    for arm in _arms(tp):
+        if dataclasses.is_dataclass(arm) and isinstance(value, Mapping):
+            return typed(arm, value)
+        if typing.get_origin(arm) is tuple and isinstance(value, (list, tuple)):
+            args = typing.get_args(arm)
+            inner = args[0] if len(args) == 2 and args[1] is Ellipsis else None
+            return tuple(_convert(inner or a, v) for v, a in zip(value, args if inner is None else
+                                                                 [inner] * len(value)))
+    return value
+
+
+def _plain(value):
+    if dataclasses.is_dataclass(value):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+_JSON_TYPES = {"integer": int, "number": float, "boolean": bool, "string": str, "null": type(None)}
+
+
+def _schema_kinds(node: Mapping, defs: Mapping) -> set:
+    """What values a schema node allows, as a set of Python types, ("tuple", kinds) for arrays and
+    ("object", properties) for objects (only the $refs into common.schema.yaml's $defs)."""
+    if "$ref" in node:
+        node = {**defs[node["$ref"].rpartition("/")[2]], **{k: v for k, v in node.items()
+                                                            if k != "$ref"}}
+    if "oneOf" in node or "anyOf" in node:
+        return set().union(*(_schema_kinds(n, defs) for n in node.get("oneOf", node.get("anyOf"))))
+    if "const" in node:
+        return {type(node["const"])}
+    if "enum" in node:
+        return {type(v) for v in node["enum"]}
+    kinds: set = set()
+    for t in ([node["type"]] if isinstance(node.get("type"), str) else node.get("type", [])):
+        if t == "array":
+            kinds.add(("tuple", frozenset(_schema_kinds(node.get("items", {}), defs))))
+        elif t == "object":
+            kinds.add(("object", id(node)))
+        else:
+            kinds.add(_JSON_TYPES[t])
+    return kinds
+
+
+def _annotation_kinds(tp) -> set:
+    kinds: set = set()
+    for arm in _arms(tp):
+        if typing.get_origin(arm) is tuple:
+            args = [a for a in typing.get_args(arm) if a is not Ellipsis]
+            kinds.add(("tuple", frozenset().union(*(_annotation_kinds(a) for a in args))))
+        elif dataclasses.is_dataclass(arm):
+            kinds.add(("object", arm))
+        else:
+            kinds.add(arm)
+    return kinds
+
+
+def settings_drift(cls, sch: Mapping, defs: Mapping | None = None, where: str = "") -> list[str]:
+    """How dataclass ``cls`` and object schema ``sch`` disagree: keys one has and the other lacks,
+    and fields whose annotated types are not the types the schema allows (nested objects and
+    arrays of objects checked the same way). Empty when they agree."""
+    defs = schema("common")["$defs"] if defs is None else defs
+    props = sch.get("properties", {})
+    hints = typing.get_type_hints(cls)
+    fields = [f.name for f in dataclasses.fields(cls)]
+    out = [f"{where}{k}: in the schema, no field of {cls.__name__}" for k in props if k not in fields]
+    out += [f"{where}{k}: a field of {cls.__name__}, not in the schema" for k in fields if k not in props]
+    for k in (k for k in fields if k in props):
+        want = _schema_kinds(props[k], defs)
+        if "default" not in props[k] and k not in sch.get("required", ()):
+            want.add(type(None))  # an optional key without default: None when it is left out
+        out += _kinds_drift(want, _annotation_kinds(hints[k]),
+                            _object_nodes(props[k], defs), defs, f"{where}{k}")
+    return out
+
+
+def _object_nodes(node: Mapping, defs: Mapping) -> dict:
+    """{id: object schema} for the objects inside ``node`` (itself, array items, nested arrays)."""
+    if "$ref" in node:
+        node = defs[node["$ref"].rpartition("/")[2]]
+    found = {}
+    if node.get("type") == "object" or "object" in (node.get("type") or []):
+        found[id(node)] = node
+    for sub in [node.get("items")] + list(node.get("oneOf", [])):
+        if isinstance(sub, Mapping):
+            found.update(_object_nodes(sub, defs))
+    return found
+
+
+def _shape(kinds) -> frozenset:
+    """``kinds`` with objects as plain "object" (their keys are compared field by field)."""
+    return frozenset(("tuple", _shape(k[1])) if isinstance(k, tuple) and k[0] == "tuple" else
+                     "object" if isinstance(k, tuple) else k for k in kinds)
+
+
+def _kinds_drift(want: set, have: set, objects: dict, defs: Mapping, where: str) -> list[str]:
+    if _shape(want) != _shape(have):
+        return [f"{where}: the schema allows {_describe(want)}, the field is {_describe(have)}"]
+    out = []
+    for (_, node_id), (_, cls) in zip(_flat(want), _flat(have)):
+        out += settings_drift(cls, objects[node_id], defs, where + ".")
+    return out
+
+
+def _flat(kinds) -> list:
+    """The ("object", x) kinds inside ``kinds``, arrays looked into, in a stable order."""
+    out = []
+    for k in kinds:
+        if isinstance(k, tuple) and k[0] == "tuple":
+            out += _flat(k[1])
+        elif isinstance(k, tuple):
+            out.append(k)
+    return out
+
+
+def _describe(kinds) -> str:
+    names = sorted("tuple of " + _describe(k[1]) if isinstance(k, tuple) and k[0] == "tuple" else
+                   "object" if isinstance(k, tuple) else k.__name__ for k in kinds)
+    return "(" + " | ".join(names) + ")"

@@ -30,19 +30,28 @@ log = logging.getLogger("gpulab")
 class StageContext:
     stage: str
     variant: str
-    config: dict[str, Any]  # this stage's section of config.yaml
-    devices_config: dict[str, Any]  # the top-level 'devices' section
+    # This stage's section of config.yaml and the `devices` keys it reads (see StageSpec.payload),
+    # both validated, defaults filled in (by the workflow, or by context_from_args for a script run
+    # by hand). The section is recorded in the result as is; the stage reads `settings`.
+    config: dict[str, Any]
+    devices_config: dict[str, Any]
     out: Path
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def settings(self):
+        """The stage's frozen typed view of its section (its settings.py), built on first use."""
+        if getattr(self, "_settings", None) is None:
+            from gpulab import stages
+
+            self._settings = stages.get(self.stage).settings_class().from_section(self.config)
+        return self._settings
 
     def devices(self, limit: int | None = None) -> list[devmod.Device]:
         # Set-up: on a GPU host this is torch's CUDA initialisation.
         with phases.phase("device discovery", phases.SETUP):
-            return devmod.discover(
-                self.devices_config.get("backend", "auto"),
-                int(self.devices_config.get("cpu_devices", 2)),
-                limit=limit,
-            )
+            return devmod.discover(self.devices_config["backend"], self.devices_config["cpu_devices"],
+                                   limit=limit)
 
     def new_result(self, device_kind: str, **attrs) -> results.Result:
         r = results.Result(self.stage, self.variant, self.config, device_kind)
@@ -123,6 +132,7 @@ def context_from_args(stage: str, args) -> StageContext:
     if not payload.get("validated"):
         try:
             cfgmod.validate_section(stage, payload.setdefault("stage", {}))
+            payload["devices"] = cfgmod.validate_devices(payload.get("devices", {}))
         except cfgmod.ConfigError as exc:
             raise SystemExit(f"scripts/{stage}.py: {exc}")
     extra = {k: v for k, v in vars(args).items()
@@ -135,9 +145,9 @@ def _visible(ctx: StageContext) -> str:
     ids = os.environ.get("CUDA_VISIBLE_DEVICES")
     if ids is None:
         return "every GPU of the host"
-    if ids.strip() and ctx.devices_config.get("backend", "auto") != "cpu":
+    if ids.strip() and ctx.devices_config["backend"] != "cpu":
         return f"GPU {ids}"
-    return f"no GPU; {int(ctx.devices_config.get('cpu_devices', 2))} CPU virtual devices"
+    return f"no GPU; {ctx.devices_config['cpu_devices']} CPU virtual devices"
 
 
 def stage_main(stage: str, run: Callable[[StageContext], results.Result], doc: str | None = None,

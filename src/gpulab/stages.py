@@ -91,6 +91,14 @@ class StageSpec:
     def schema_text(self) -> str:
         return self._file("schema.yaml").read_text()
 
+    def settings_class(self):
+        """The frozen typed view of the stage's section, ``<package>.settings:Settings`` (a
+        :class:`gpulab.config.TypedSection`); None for a stage without a settings.py, which reads
+        its section as the plain validated dict (``ctx.config``)."""
+        if not self._file("settings.py").is_file():
+            return None
+        return hook(f"{self.package}.settings:Settings")
+
     def section_module(self) -> str:
         """``section`` where set, else the stage's own ``section.py``, else the report package's."""
         if self.section:
