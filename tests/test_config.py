@@ -146,3 +146,26 @@ def test_a_typed_view_is_frozen_with_tuples_and_nested_views_and_goes_back_to_th
     assert back == {**section, "inputs": [{"path": "x.csv", "label": "label", "format": None}]}
     gemm = _settings_classes()["gemm"].from_section(config.validate_section("gemm", {}))
     assert gemm.sizes == ((512, 512, 512), (768, 256, 512)) and gemm.per_device.size == 0
+
+
+def test_gpulab_config_explain_prints_every_key_with_type_default_and_description(capsys):
+    from gpulab import cli
+
+    assert cli.main(["config", "--explain", "kernels"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    keys = [line.split(":")[0] for line in out if not line.startswith(" ")]
+    sch = config.schema("kernels")["properties"]
+    assert keys == ["kernels"] + [p for k, v in sch.items()
+                                  for p in [f"kernels.{k}"] + [f"kernels.{k}.{c}" for c in
+                                                               v.get("properties", {})]]
+    i = out.index("kernels.split.chunks: integer; default 4")
+    assert out[i + 1] == "    sub-chunks per device in the pipelined mode (the serial mode uses 1)"
+    assert "kernels.gpus: \"all\" | integer; default \"all\"" in out  # from common.schema.yaml
+    # The whole config: every section, every key described.
+    assert cli.main(["config", "--explain"]) == 0
+    everything = capsys.readouterr().out
+    assert "devices.nodes.master_port: integer | null; default null" in everything
+    assert "data.inputs[].label: string; default \"label\"" in everything
+    assert "(no description)" not in everything
+    assert cli.main(["config", "--explain", "kernel"]) == 2
+    assert "no config section 'kernel'" in capsys.readouterr().err

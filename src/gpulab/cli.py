@@ -25,6 +25,7 @@ EPILOG = """examples:
   gpulab compare h200-ref                # exit 1 when a gating metric regressed (cron, cluster CI)
   gpulab fleet                           # every host under results/, per GPU model
   gpulab verify                          # exit 1 when a result file is damaged or incomplete
+  gpulab config --explain transfer       # every key of a config section: type, default, meaning
 """
 
 
@@ -108,6 +109,11 @@ def parser() -> argparse.ArgumentParser:
                                    "recorded. Each damaged file is named with the command that "
                                    "redoes it. Exit 1 on any damage.")
     _common(v)
+    cf = sub.add_parser("config", help="explain the config: every key's type, default and meaning",
+                        description="Reads the packaged schemas (the one place defaults live).")
+    cf.add_argument("--explain", nargs="?", const="", metavar="SECTION", required=True,
+                    help="print every key (of SECTION only: a stage, devices, report, fleet, ...) "
+                         "with its type, default and description")
     from gpulab import export_cli  # export, bundle and readme-table verbs live in their own module
 
     export_cli.add_parsers(sub, _common)
@@ -202,10 +208,21 @@ def cmd_verify(args) -> int:
     return 1 if damaged else 0
 
 
+def cmd_config(args) -> int:
+    from gpulab import config
+
+    try:
+        print("\n".join(config.explain(args.explain or None)))
+    except config.ConfigError as exc:
+        print(f"gpulab config: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     verbs = {"baseline": cmd_baseline, "compare": cmd_compare, "fleet": cmd_fleet,
-             "verify": cmd_verify}
+             "verify": cmd_verify, "config": cmd_config}
     try:
         if hasattr(args, "run"):  # verbs registered by other modules (gpulab.export_cli)
             return args.run(args)

@@ -12,7 +12,9 @@ import copy
 import dataclasses
 import difflib
 import functools
+import json
 import re
+import textwrap
 import types
 import typing
 from importlib import resources
@@ -455,3 +457,51 @@ def _describe(kinds) -> str:
     names = sorted("tuple of " + _describe(k[1]) if isinstance(k, tuple) and k[0] == "tuple" else
                    "object" if isinstance(k, tuple) else k.__name__ for k in kinds)
     return "(" + " | ".join(names) + ")"
+
+
+# --- `gpulab config --explain`: every key with its type, default and description ---------------
+
+def explain(section: str | None = None) -> list[str]:
+    """Every key of the config (``section``: one stage or top-level section only): a line with its
+    dotted path, type and default, then its description, indented; all read from the schemas."""
+    top = schema("config")
+    names = [section] if section else list(top["properties"])
+    if section and section not in top["properties"]:
+        raise ConfigError(f"no config section {section!r} (sections: {', '.join(top['properties'])})")
+    lines: list[str] = []
+    for name in names:
+        node = top["properties"][name]
+        if name in stages.STAGES or name == "fleet":
+            node = {**schema(name), "default": node.get("default")}
+        _explain(name, node, schema("common")["$defs"], lines)
+    return lines
+
+
+def _explain(path: str, node: Mapping, defs: Mapping, lines: list[str]) -> None:
+    if "$ref" in node and node["$ref"].startswith("common.schema.yaml"):
+        node = {**defs[node["$ref"].rpartition("/")[2]], **{k: v for k, v in node.items()
+                                                            if k != "$ref"}}
+    default = f"default {json.dumps(node['default'])}" if "default" in node else "no default"
+    lines.append(f"{path}: {_type_text(node)}; {default}")
+    lines += textwrap.wrap(" ".join(str(node.get("description", "(no description)")).split()),
+                           100, initial_indent="    ", subsequent_indent="    ")
+    for key, sub in (node.get("properties") or {}).items():
+        _explain(f"{path}.{key}", sub, defs, lines)
+    items = node.get("items")
+    if isinstance(items, Mapping) and items.get("properties"):
+        for key, sub in items["properties"].items():
+            _explain(f"{path}[].{key}", sub, defs, lines)
+
+
+def _type_text(node: Mapping) -> str:
+    if "oneOf" in node:
+        return " | ".join(_type_text(n) for n in node["oneOf"])
+    if "const" in node:
+        return json.dumps(node["const"])
+    if "enum" in node:
+        return "one of " + ", ".join(map(str, node["enum"]))
+    if "$ref" in node:
+        return "stage name"
+    kinds = [node["type"]] if isinstance(node.get("type"), str) else node.get("type", [])
+    return " | ".join(f"array of {_type_text(node.get('items', {}))}" if k == "array" else k
+                      for k in kinds) or "any"
