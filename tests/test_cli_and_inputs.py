@@ -37,7 +37,7 @@ def test_command_line_override_is_typed_and_its_errors_blame_the_command_line(wo
 
 def test_misspelled_key_and_yaml_errors_name_file_line_and_key(workflow_dir):
     cfg = workflow_dir / "config.yaml"
-    good = cfg.read_text()
+    good = cfg.read_text() + "\ndevices:\n  cpu_devices: 2\n"
     lines = good.splitlines()
     n = next(i for i, ln in enumerate(lines) if ln.startswith("  cpu_devices:")) + 1
     cfg.write_text(good.replace("  cpu_devices: 2", "  cpu_device: 2"))

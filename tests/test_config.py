@@ -169,3 +169,19 @@ def test_gpulab_config_explain_prints_every_key_with_type_default_and_descriptio
     assert "(no description)" not in everything
     assert cli.main(["config", "--explain", "kernel"]) == 2
     assert "no config section 'kernel'" in capsys.readouterr().err
+
+
+def test_repo_config_holds_only_values_that_depart_from_the_schema_defaults():
+    # Defaults live in the schemas only: a key of config.yaml that restates one would go stale
+    # when the schema's default changes.
+    raw = yaml.safe_load((REPO / "config.yaml").read_text())
+    defaults = config.validate({})
+
+    def restated(mine, dflt, path=()):
+        for k, v in mine.items():
+            if isinstance(v, dict) and isinstance(dflt.get(k), dict):
+                yield from restated(v, dflt[k], path + (k,))
+            elif dflt.get(k) == v:
+                yield ".".join(path + (k,))
+
+    assert list(restated(raw, defaults)) == []

@@ -23,8 +23,7 @@ def _verify(wf):
 def test_truncated_result_fails_the_report_rule_until_redone(tmp_path):
     wf = copy_workflow(tmp_path / "wf")
     cfg = yaml.safe_load((wf / "config.yaml").read_text())
-    cfg["report"]["stages"] = ["probe"]
-    cfg["report"]["pdf"] = False
+    cfg.setdefault("report", {}).update(stages=["probe"], pdf=False)
     (wf / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     snakemake(wf, "--cores", "2", env=ENV)
     assert _verify(wf).returncode == 0

@@ -35,7 +35,7 @@ TARGETS = {
 def _write_config(wf):
     cfg = yaml.safe_load((wf.parent / "config.orig.yaml").read_text())
     for section, values in TINY.items():
-        cfg[section].update(values)
+        cfg.setdefault(section, {}).update(values)
     cfg["train"].update({"variants": ["tensor"], "tensor_batches": [4], "warmup": 0, "repeats": 1})
     (wf / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
 
@@ -113,10 +113,10 @@ def test_ctrl_c_during_a_multi_process_stage_leaves_no_process(tmp_path, stage, 
     """The job's command as its rule runs it (slot holder -> stage script -> torchrun -> ranks),
     without Snakemake's start-up; the gemm runs above cover Snakemake's part."""
     cfg = yaml.safe_load((REPO / "config.yaml").read_text())
-    cfg[stage].update(TINY.get(stage, {}))
+    cfg.setdefault(stage, {}).update(TINY.get(stage, {}))
     cfg["train"].update({"tensor_batches": [4], "warmup": 0, "repeats": 1})
     # Work that outlasts the interrupt: the tiny sizes finish between seeing a rank and signalling.
-    cfg["collectives"].update({"sizes_bytes": [1 << 20], "repeats": 500, "iters": 20})
+    cfg.setdefault("collectives", {}).update({"sizes_bytes": [1 << 20], "repeats": 500, "iters": 20})
     cfg["train"].update({"repeats": 500})
     extra = []
     if stage == "train":

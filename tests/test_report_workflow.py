@@ -24,7 +24,7 @@ def report_run(tmp_path_factory):
     wf = copy_workflow(tmp_path_factory.mktemp("report") / "wf")
     cfg_path = wf / "config.yaml"
     cfg = yaml.safe_load(cfg_path.read_text())
-    cfg["report"]["stages"] = ["probe"]
+    cfg.setdefault("report", {})["stages"] = ["probe"]
     cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     # Another host's probe result, copied into results/ as a user would: it must appear beside ours.
     with pytest.MonkeyPatch.context() as mp:

@@ -191,7 +191,7 @@ def test_a_registered_stage_gets_its_rule_schema_section_and_place_in_the_report
     assert re.search(r"config\.yaml:\d+: key 'tiny\.n': 'zero' is not of type 'integer'",
                      p.stdout + p.stderr), p.stdout + p.stderr
     cfg = yaml.safe_load(original)
-    cfg["report"]["stages"] = ["tiny"]
+    cfg.setdefault("report", {})["stages"] = ["tiny"]
     cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     snakemake(wf, "--cores", "2", env=env)
     payload = json.loads(next((wf / "results" / "payloads").glob("tiny-*.json")).read_text())

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.e2e
 def _set(workflow_dir, section, key, value):
     cfg_path = workflow_dir / "config.yaml"
     cfg = yaml.safe_load(cfg_path.read_text())
-    cfg[section][key] = value
+    cfg.setdefault(section, {})[key] = value
     cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
 
 
@@ -130,7 +130,7 @@ def test_code_change_reruns_the_stage_it_touches(finished_run):
 
 def test_bad_config_fails_with_file_line_and_key(workflow_dir):
     _cfg = workflow_dir / "config.yaml"
-    _cfg.write_text(_cfg.read_text().replace("cpu_devices: 2", "cpu_devices: zero"))
+    _cfg.write_text(_cfg.read_text() + "\ndevices:\n  cpu_devices: zero\n")
     p = snakemake(workflow_dir, "--cores", "1", "--dry-run", check=False)
     out = p.stdout + p.stderr
     assert p.returncode != 0
