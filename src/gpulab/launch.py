@@ -36,8 +36,10 @@ SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "N
 
 
 def multicast_allowed(devices_config: Mapping[str, Any] | None) -> bool:
-    """True only where the config opts in to NVLink multicast (``devices.nvls: true``)."""
-    return bool((devices_config or {}).get("nvls", False))
+    """True only where the config opts in to NVLink multicast (``devices.nvls: true``). Fail-safe,
+    not a second default: a `devices` slice without the key (a single-process stage's) never
+    turns multicast on."""
+    return bool((devices_config or {}).get("nvls"))
 
 
 def safe_env(devices_config: Mapping[str, Any] | None) -> dict[str, str]:
@@ -75,10 +77,9 @@ class NodeSpec:
     master_port: int | None = None
 
     @classmethod
-    def from_config(cls, cfg: Mapping[str, Any] | None) -> "NodeSpec":
-        cfg = cfg or {}
-        return cls(int(cfg.get("nnodes", 1)), int(cfg.get("node_rank", 0)),
-                   str(cfg.get("master_addr", "127.0.0.1")), cfg.get("master_port"))
+    def from_config(cls, cfg: Mapping[str, Any]) -> "NodeSpec":
+        """From the validated `devices.nodes` section (every key there, defaults filled in)."""
+        return cls(cfg["nnodes"], cfg["node_rank"], cfg["master_addr"], cfg["master_port"])
 
 
 def join_timeout() -> int:

@@ -133,7 +133,7 @@ def host_gpus(config: Mapping, pool: list[str]) -> int:
     dev = config["devices"]
     if dev["backend"] == "cpu":
         return 0
-    n = len(pool) if dev.get("gpus") is None else int(dev["gpus"])
+    n = len(pool) if dev["gpus"] is None else dev["gpus"]
     if dev["backend"] == "cuda" and n == 0:
         raise WorkflowConfigError("config devices.backend is 'cuda' but this host has no NVIDIA GPU")
     return n
@@ -148,7 +148,7 @@ def gpus_for(spec: registry.StageSpec, config: Mapping, host_gpus: int, cap=None
     """Concrete GPU count a stage's jobs ask for, checked against the host and the `gpu` cap."""
     if spec.gpus == "none" or host_gpus == 0:
         return 0
-    want = config[spec.name].get("gpus", "all")
+    want = config[spec.name]["gpus"]
     if want == "all":
         want = host_gpus
     if want > host_gpus:

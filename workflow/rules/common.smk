@@ -30,7 +30,7 @@ try:
 except gpulab_workflow.WorkflowConfigError as exc:
     raise WorkflowError(str(exc)) from None
 
-HOST = config.get("host_label") or gpulab_results.host_name()
+HOST = config["host_label"] or gpulab_results.host_name()
 PY = sys.executable
 SCRIPTS = os.path.relpath(Path(workflow.basedir) / "scripts")
 SLOT = f"{PY} -m gpulab.slots"
@@ -53,12 +53,12 @@ def _checked(fn, *args, **kwargs):
 
 def host_quiet(stage, share=1):
     """The `host_quiet` units a job of ``stage`` holds (``share``: jobs meant to run together)."""
-    return gpulab_workflow.host_quiet(gpulab_stages.get(stage), config.get("quiet_host", True), share)
+    return gpulab_workflow.host_quiet(gpulab_stages.get(stage), config["quiet_host"], share)
 
 
 def host_quiet_cpu_heavy():
     """`host_quiet` units of CPU-heavy work that runs no stage (report figures): the whole host."""
-    return gpulab_workflow.host_quiet_cpu_heavy(config.get("quiet_host", True))
+    return gpulab_workflow.host_quiet_cpu_heavy(config["quiet_host"])
 
 
 def gpus_for(stage):
@@ -166,7 +166,7 @@ def slurm_resources(stage):
     `tasks_per_gpu: 0` keeps the plugin from turning `tasks` into `--ntasks-per-gpu`.
     stages.smk gives multi-process stages these resources and `params.slots = gpus_for(stage)`."""
     return gpulab_workflow.slurm_resources(
-        gpus_for(stage), int(config["devices"].get("nodes", {}).get("nnodes", 1)))
+        gpus_for(stage), config["devices"]["nodes"]["nnodes"])
 
 
 # Fleet health jobs (fleet.smk): where a node's health results land, and its per-stage commands.

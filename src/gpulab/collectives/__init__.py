@@ -136,7 +136,7 @@ def run(ctx) -> "results.Result":  # noqa: F821 - gpulab.results.Result
         return result
     payload = payload_for(cfg, variant, "nccl" if kind == "cuda" else "gloo")
     log.info("collectives/%s: %d %s rank(s), env %s", variant.name, n, payload["backend"], env)
-    node = launch.NodeSpec.from_config(ctx.devices_config.get("nodes"))
+    node = launch.NodeSpec.from_config(ctx.devices_config["nodes"])
     try:
         ranks = launch.run_workers(WORKER, payload, n, node=node, env=env,
                                    timeout=float(cfg["timeout_s"]), multicast=multicast)

@@ -102,7 +102,7 @@ def run(ctx: StageContext):
     check_config(cfg)
     devices = ctx.devices()
     kind, dev0, n_dev = devices[0].kind, devices[0].torch_device, len(devices)
-    node = launch.NodeSpec.from_config(ctx.devices_config.get("nodes"))
+    node = launch.NodeSpec.from_config(ctx.devices_config["nodes"])
     multicast = launch.multicast_allowed(ctx.devices_config)
     # A CPU virtual device is its share of the cores; the baseline gets the same share.
     threads = max(1, (os.cpu_count() or 1) // n_dev) if kind == "cpu" else None

@@ -129,7 +129,7 @@ def _launch(ctx, mode, cfg, n) -> list[dict]:
                "backend": "auto"}
     if mode == "ddp":
         _digits(ctx)  # fail early, in this process, on a missing or bad training set
-    node = launch.NodeSpec.from_config(ctx.devices_config.get("nodes"))
+    node = launch.NodeSpec.from_config(ctx.devices_config["nodes"])
     log.info("train/%s: %d rank(s) on node %d of %d", mode, n, node.node_rank, node.nnodes)
     # Multi-node: the ranks of every node, gathered on node 0, which alone writes the result.
     # The ranks' own start-up (torchrun, imports, process groups) is inside this phase.
