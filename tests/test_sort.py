@@ -315,8 +315,16 @@ def test_sort_speedup_bar_against_one_device_and_fails_when_slow():
     assert one.verdict == "not_applicable" and "1 here" in one.note
 
 
+def _settings(**section):
+    """The stage's typed view of a section given in part (the schema fills in the rest)."""
+    from gpulab import config
+    from gpulab.sort.settings import Settings
+
+    return Settings.from_section(config.validate_section("sort", section))
+
+
 def test_a_crashed_case_is_a_failed_check():
-    b = bench.Bench({"device_counts": [1], "warmup": 0, "repeats": 1}, "cpu", 1, "cpu")
+    b = bench.Bench(_settings(device_counts=[1], warmup=0, repeats=1), "cpu", 1, "cpu")
     try:
         try:
             raise MemoryError("out of device memory")
@@ -334,8 +342,7 @@ def test_sort_harness_times_both_sides_in_batches(monkeypatch):
     # here by the numpy backend standing in for CuPy (cp.sort is numpy.sort).
     from gpulab.sort import backend as backend_mod
 
-    cfg = {"bar_keys": 4096, "warmup": 0, "repeats": 2, "device_counts": [1],
-           "algorithms": ["p2p"]}
+    cfg = _settings(bar_keys=4096, warmup=0, repeats=2, device_counts=[1], algorithms=["p2p"])
     b = bench.Bench(cfg, "cpu", 1, "cpu")
     batches = []
 

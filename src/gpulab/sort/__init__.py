@@ -30,16 +30,16 @@ def _table(result, name: str, rows: list[dict], columns: list[str]) -> None:
 def run(ctx: StageContext):
     from gpulab.sort.bench import Bench, cases, speedup_bars
 
-    cfg = ctx.config
+    cfg = ctx.settings
     devices = ctx.devices()
     kind = devices[0].kind
     bench = Bench(cfg, kind, len(devices), devices[0].name)
     try:
         for i, case in enumerate(progress(cases(cfg), "sort cases")):
-            bench.run_case(case, int(cfg["seed"]) + i)
-        logic = bench.logic_check(int(cfg["seed"]) + 2000)
-        extra = bench.moved_keys_checks(int(cfg["seed"]) + 3000)
-        harness = bench.harness_check(int(cfg["seed"]) + 1000)
+            bench.run_case(case, cfg.seed + i)
+        logic = bench.logic_check(cfg.seed + 2000)
+        extra = bench.moved_keys_checks(cfg.seed + 3000)
+        harness = bench.harness_check(cfg.seed + 1000)
         if harness is not None:
             extra.append(harness)
     finally:

@@ -19,6 +19,7 @@ from gpulab.outcomes import Bar, Check
 from gpulab.sort import het, moves, p2p, radix
 from gpulab.sort.backend import make_backend
 from gpulab.sort.keys import Reference, fingerprint, make_keys, reference, verify
+from gpulab.sort.settings import Settings
 
 log = logging.getLogger("gpulab.sort")
 
@@ -45,12 +46,12 @@ class Case:
     n_keys: int
 
 
-def cases(cfg: dict) -> list[Case]:
+def cases(cfg: Settings) -> list[Case]:
     out, seen = [], set()
-    kt0 = cfg["key_types"][0]
-    wanted = [Case("size", kt0, "uniform", n) for n in cfg["sweep_sizes"]]
-    wanted += [Case("matrix", kt, dist, cfg["matrix_size"])
-               for kt in cfg["key_types"] for dist in cfg["distributions"]]
+    kt0 = cfg.key_types[0]
+    wanted = [Case("size", kt0, "uniform", n) for n in cfg.sweep_sizes]
+    wanted += [Case("matrix", kt, dist, cfg.matrix_size)
+               for kt in cfg.key_types for dist in cfg.distributions]
     for c in wanted:
         key = (c.key_type, c.distribution, c.n_keys)
         if key not in seen:
@@ -60,20 +61,20 @@ def cases(cfg: dict) -> list[Case]:
 
 
 class Bench:
-    def __init__(self, cfg: dict, kind: str, available: int, device_name: str):
+    def __init__(self, cfg: Settings, kind: str, available: int, device_name: str):
         self.cfg = cfg
         self.kind = kind
         self.available = available
         self.device_name = device_name
-        self.warmup, self.repeats = int(cfg["warmup"]), int(cfg["repeats"])
-        self.counts = [d for d in cfg["device_counts"] if d <= available]
+        self.warmup, self.repeats = cfg.warmup, cfg.repeats
+        self.counts = [d for d in cfg.device_counts if d <= available]
         self.rows, self.phase_rows, self.steps, self.balance = [], [], [], []
         self.skipped, self.failures = [], []
         self.logic_steps: list[dict] = []  # P2P merge steps of the logic check
         self.backends = {d: make_backend(kind, d) for d in self.counts}
         # Baselines, the bar and host staging buffers use device 0 alone.
         self.single = self.backends.get(1) or make_backend(kind, 1)
-        for d in cfg["device_counts"]:
+        for d in cfg.device_counts:
             if d > available:
                 self._skip(f"{d} devices", f"{available} {kind} device(s) here")
 
@@ -102,17 +103,17 @@ class Bench:
     # -- one case ----------------------------------------------------------------------------
     def run_case(self, case: Case, seed: int) -> None:
         keys = make_keys(case.distribution, case.key_type, case.n_keys, seed)
-        ref = reference(keys, int(self.cfg["verify_numpy_max_keys"]))
+        ref = reference(keys, self.cfg.verify_numpy_max_keys)
         base = {"sweep": case.sweep, "key_type": case.key_type,
                 "distribution": case.distribution, "n_keys": case.n_keys}
-        for name in self.cfg["baselines"]:
+        for name in self.cfg.baselines:
             label = f"{name}.sort {case.key_type}/{case.distribution}/{case.n_keys}"
             try:
                 self._baseline(name, keys, ref, base)
             except Exception as exc:  # noqa: BLE001 - recorded, the stage goes on
                 self._fail(label, exc)
         host_in = self.single.pinned_copy(keys)
-        for alg in self.cfg["algorithms"]:
+        for alg in self.cfg.algorithms:
             for d in self.counts:
                 label = f"{alg} on {d} device(s) {case.key_type}/{case.distribution}/{case.n_keys}"
                 if case.n_keys < d:
@@ -137,7 +138,7 @@ class Bench:
     def _baseline(self, name: str, keys: np.ndarray, ref: Reference, base: dict) -> None:
         n = keys.size
         if name == "numpy":
-            if n > int(self.cfg["numpy_max_keys"]):
+            if n > self.cfg.numpy_max_keys:
                 self._skip(f"numpy.sort, {n} keys", "above numpy_max_keys (slow on the host)")
                 return
             out = {}
@@ -227,7 +228,7 @@ class Bench:
         here is timed, and no keys cross an interconnect.
         """
         counts = [d for d in (2, 3, 4) if d > self.available]
-        n = min(int(self.cfg["matrix_size"]), 1000003)
+        n = min(self.cfg.matrix_size, 1000003)
         cases = [("uint32", "uniform"), ("uint32", "all_equal"), ("uint32", "reverse"),
                  ("float32", "normal"), ("uint64", "few_unique")]
         rows = []
@@ -236,9 +237,9 @@ class Bench:
             try:
                 for i, (kt, dist) in enumerate(cases):
                     keys = make_keys(dist, kt, n, seed + i)
-                    ref = reference(keys, int(self.cfg["verify_numpy_max_keys"]))
+                    ref = reference(keys, self.cfg.verify_numpy_max_keys)
                     host_in = b.pinned_copy(keys)
-                    for alg in self.cfg["algorithms"]:
+                    for alg in self.cfg.algorithms:
                         out = b.host_empty(n, keys.dtype)
                         label = f"logic check {alg} on {d} logical devices {kt}/{dist}/{n}"
                         try:
@@ -266,7 +267,7 @@ class Bench:
 
         Both sides run the same CUB kernel, so this judges the harness, not the GPU. None on CPU.
         """
-        n = int(self.cfg["bar_keys"])
+        n = self.cfg.bar_keys
         case = f"{n} uint32 keys, one device"
         if self.kind != "cuda":
             self._skip(HARNESS_CHECK, "needs a CUDA GPU and CuPy (cupy.sort is the raw call)")
@@ -298,9 +299,9 @@ class Bench:
     def moved_keys_checks(self, seed: int) -> list[Check]:
         """Keys moved by P2P merges, counted from origin tags, on every device count >= 2 (on 2
         logical devices where the host has one)."""
-        if "p2p" not in self.cfg["algorithms"]:
+        if "p2p" not in self.cfg.algorithms:
             return []
-        n = max(2, min(int(self.cfg["matrix_size"]), 1 << 20))
+        n = max(2, min(self.cfg.matrix_size, 1 << 20))
         counts = [d for d in self.counts if d >= 2]
         out = []
         for d in counts or [2]:
