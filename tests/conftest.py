@@ -106,3 +106,20 @@ def marked_processes(mark: str):
         except psutil.Error:
             continue
     return out
+
+
+def stage_settings(stage: str, **section):
+    """A stage's typed view of a section given in part (the schema fills in the rest), as its job
+    gets it."""
+    from gpulab import config, stages
+
+    return stages.get(stage).settings_class().from_section(config.validate_section(stage, section))
+
+
+def stage_context(stage: str, variant: str, section: dict, devices: dict, out, extra=None):
+    """A StageContext as a job gets one: its section and devices validated, defaults filled in."""
+    from gpulab import config
+    from gpulab.stage import StageContext
+
+    return StageContext(stage, variant, config.validate_section(stage, dict(section)),
+                        config.validate_devices(dict(devices)), out, extra or {})

@@ -91,7 +91,7 @@ def measure_host(root: Path, host: str, *, slow: bool = False) -> float:
 
     from gpulab import transfer
     from gpulab.gemm import numerics, single
-    from gpulab.stage import StageContext
+    from conftest import stage_context
 
     old = os.environ.get("GPULAB_HOST")
     os.environ["GPULAB_HOST"] = host
@@ -99,8 +99,8 @@ def measure_host(root: Path, host: str, *, slow: bool = False) -> float:
     try:
         with degraded() if slow else contextlib.nullcontext():
             out = root / "transfer" / host / "main.h5"
-            ctx = StageContext("transfer", "main", dict(TRANSFER),
-                               {"backend": "cpu", "cpu_devices": 2}, out)
+            ctx = stage_context("transfer", "main", TRANSFER, {"backend": "cpu", "cpu_devices": 2},
+                                out)
             with _clock() as c:
                 res = transfer.run(ctx)
             wall, cpu = wall + c["wall"], cpu + c["cpu"]

@@ -13,10 +13,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from conftest import stage_settings
 from gpulab import config as cfgmod
 from gpulab import devices, outcomes, results, stages
 from gpulab.report.html import Figures
-from gpulab.transfer import bars, full_config, hostmem, matrices, measure, seedref
+from gpulab.transfer import bars, hostmem, matrices, measure, seedref
 from gpulab.transfer.hybrid import split_bytes
 from gpulab.transfer.isolate import run_isolated
 from gpulab.transfer.malloc import _bins, bin_times
@@ -107,14 +108,14 @@ def test_host_memcpy_measures_and_verifies():
 
 
 def test_config_defaults_and_errors_name_the_key():
-    cfg = full_config({})
-    assert cfg["copies"] == 5 and cfg["latency_bytes"] == 16 and cfg["gpus"] == "all"
-    with pytest.raises(cfgmod.ConfigError, match=r"key 'matrix_bytes'.*multiple of 16"):
-        full_config({"matrix_bytes": 1000})
-    with pytest.raises(cfgmod.ConfigError, match=r"key 'p2p_sizes\[1\]'"):
-        full_config({"p2p_sizes": [4096, 0]})
+    cfg = stage_settings("transfer")
+    assert cfg.copies == 5 and cfg.latency_bytes == 16 and cfg.gpus == "all"
+    with pytest.raises(cfgmod.ConfigError, match=r"key 'transfer.matrix_bytes'.*multiple of 16"):
+        stage_settings("transfer", matrix_bytes=1000)
+    with pytest.raises(cfgmod.ConfigError, match=r"key 'transfer.p2p_sizes\[1\]'"):
+        stage_settings("transfer", p2p_sizes=[4096, 0])
     with pytest.raises(cfgmod.ConfigError, match="nonsense"):
-        full_config({"nonsense": 1})
+        stage_settings("transfer", nonsense=1)
 
 
 @pytest.fixture(scope="module")
@@ -319,7 +320,7 @@ def test_spin_kernel_timeouts_are_retried_then_fail_the_check():
     assert not p2p.cache_resident(16, True, 0)  # L2 size unknown: never marked
 
     bench = p2p.P2PBench.__new__(p2p.P2PBench)
-    bench.cfg, bench.spin_timeouts = {"warmup": 1, "repeats": 3}, 0
+    bench.cfg, bench.spin_timeouts = stage_settings("transfer", warmup=1, repeats=3), 0
     outcomes_ = iter([False,  # warm-up
                       True, False,  # sample 1: timed out, the retry is valid
                       False,  # sample 2
@@ -481,7 +482,7 @@ def test_gpu_path_wires_every_link_bar_and_the_plausibility_checks(monkeypatch):
     phases = {"disabled_phase": dis, "enabled_phase": ena, "host_phase": hst}
     monkeypatch.setattr(isolate, "run_isolated", lambda fn, cfg: phases[fn.__name__])
     result = results.Result("transfer", "main", {}, "cuda")
-    cfg = tr.full_config({})
+    cfg = stage_settings("transfer")
     _, bar_rows, check_rows = tr._gpu(result, cfg, 2)
     got = {b.bar: b.verdict for b in bar_rows}
     assert got["pinned H2D vs PCIe limit, GPU0"] == "pass"

@@ -69,13 +69,13 @@ def variant_table(configured: list[str], current: str, kind: str) -> pd.DataFram
 def payload_for(cfg: dict, variant: variantmod.Variant, backend: str) -> dict:
     return {
         "backend": backend,
-        "ops": [op for op in cfg["ops"] if op in variant.ops],
+        "ops": [op for op in cfg.ops if op in variant.ops],
         "modes": list(library.MODES),
-        "sizes_bytes": [int(s) for s in cfg["sizes_bytes"]],
-        "algorithms": list(cfg["algorithms"]) if variant.handwritten else [],
-        "warmup": int(cfg["warmup"]), "repeats": int(cfg["repeats"]), "iters": int(cfg["iters"]),
-        "seed": int(cfg["seed"]), "slice_bytes": int(cfg["slice_bytes"]),
-        "max_slices": int(cfg["max_slices"]),
+        "sizes_bytes": [int(s) for s in cfg.sizes_bytes],
+        "algorithms": list(cfg.algorithms) if variant.handwritten else [],
+        "warmup": cfg.warmup, "repeats": cfg.repeats, "iters": cfg.iters,
+        "seed": cfg.seed, "slice_bytes": cfg.slice_bytes,
+        "max_slices": cfg.max_slices,
     }
 
 
@@ -90,8 +90,8 @@ def nccl_reference(cfg: dict, kind: str, n: int, size: int, node: launch.NodeSpe
     exe = nccltests.find(cfg.get("nccl_tests_bin"))
     if exe is None:
         return None, "nccl-tests all_reduce_perf not available (not on PATH)", {}
-    rows = nccltests.run(exe, n, size, warmup=int(cfg["warmup"]), iters=int(cfg["iters"]),
-                         cycles=int(cfg["repeats"]), multicast=multicast)
+    rows = nccltests.run(exe, n, size, warmup=cfg.warmup, iters=cfg.iters,
+                         cycles=cfg.repeats, multicast=multicast)
     ref = nccltests.reference(rows, n)
     return ref["ip_busbw_GBps"], f"{exe}, same job", ref
 
@@ -124,9 +124,9 @@ def run(ctx) -> "results.Result":  # noqa: F821 - gpulab.results.Result
                             conventions="algbw = S/t, busbw = algbw * factor (nccl-tests): "
                                         "all-reduce 2(n-1)/n, all-gather/reduce-scatter/all-to-all "
                                         "(n-1)/n, broadcast 1; t = slowest rank's per-call time")
-    skipped = not_measured(variant, cfg["ops"], applicable)
+    skipped = not_measured(variant, cfg.ops, applicable)
     if variant.name == "default":
-        result.add_table("variants", variant_table(cfg["variants"], variant.name, kind))
+        result.add_table("variants", variant_table(cfg.variants, variant.name, kind))
     if not applicable:
         # Nothing was checked here: the result's verdict is not_applicable, never "verified".
         log.info("collectives/%s: not applicable on %s (%s)", variant.name, kind, variant.note)
@@ -139,7 +139,7 @@ def run(ctx) -> "results.Result":  # noqa: F821 - gpulab.results.Result
     node = launch.NodeSpec.from_config(ctx.devices_config["nodes"])
     try:
         ranks = launch.run_workers(WORKER, payload, n, node=node, env=env,
-                                   timeout=float(cfg["timeout_s"]), multicast=multicast)
+                                   timeout=cfg.timeout_s, multicast=multicast)
     except launch.LaunchError as exc:
         log.error("collectives/%s: the launch failed: %s", variant.name, exc)
         result.add_table("checks", outcomes.checks_frame(

@@ -27,20 +27,20 @@ EXTRA_UNITS = {"M": "elements", "N": "elements", "K": "elements", "P": "devices"
 
 def check_config(cfg: dict) -> None:
     """Errors that the schema cannot express, named by key."""
-    for i, size in enumerate(cfg["sizes"]):
+    for i, size in enumerate(cfg.sizes):
         if len(size) != 3 or any(int(v) < 1 for v in size):
             raise ValueError(f"gemm.sizes[{i}] must be [M, N, K] with positive integers, got {size}")
-    unknown = set(cfg["algorithms"]) - {"row1d", "summa", "summa_overlap"}
+    unknown = set(cfg.algorithms) - {"row1d", "summa", "summa_overlap"}
     if unknown:
         raise ValueError(f"gemm.algorithms: unknown {sorted(unknown)}")
-    for p in cfg["ranks"]:
+    for p in cfg.ranks:
         if int(p) < 1:
             raise ValueError(f"gemm.ranks must be positive, got {p}")
 
 
 def supported(cfg: dict, device: torch.device) -> tuple[list[numerics.Precision], list[NotApplicable]]:
     precs, skipped = [], []
-    for name in cfg["dtypes"]:
+    for name in cfg.dtypes:
         prec = numerics.precision(name)
         why = numerics.unsupported_reason(prec, device)
         if why:
@@ -66,7 +66,7 @@ def _per_device(cfg: dict, devices, kind: str, dev0, skipped: list) -> list[dict
     gpu = kind == "cuda"
     seconds = float(pc.get("seconds", 1.0) if gpu else pc.get("cpu_seconds", 0.2))
     warm = float(pc.get("warmup_max_s", 10.0) if gpu else pc.get("cpu_warmup_max_s", 2.0))
-    return perdevice.measure(devs, size, precs, seconds, int(cfg["repeats"]), warm, int(cfg["seed"]))
+    return perdevice.measure(devs, size, precs, seconds, cfg.repeats, warm, cfg.seed)
 
 
 def _free(device: torch.device) -> None:
@@ -82,9 +82,9 @@ def run_multi(cfg: dict, precs, kind: str, nproc: int, threads: int | None, tran
     """Rows of one launch: ``nproc`` ranks on each of ``node.nnodes`` nodes."""
     payload = {
         "backend": "nccl" if kind == "cuda" else "gloo", "transport": transport,
-        "sizes": cfg["sizes"], "dtypes": [p.name for p in precs], "algorithms": cfg["algorithms"],
-        "ranks": ranks, "summa_panels": cfg["summa_panels"], "warmup": cfg["warmup"],
-        "repeats": cfg["repeats"], "seed": cfg["seed"], "threads": threads or 1,
+        "sizes": cfg.sizes, "dtypes": [p.name for p in precs], "algorithms": cfg.algorithms,
+        "ranks": ranks, "summa_panels": cfg.summa_panels, "warmup": cfg.warmup,
+        "repeats": cfg.repeats, "seed": cfg.seed, "threads": threads or 1,
     }
     env = dict(env or {})
     if threads:
@@ -107,7 +107,7 @@ def run(ctx: StageContext):
     # A CPU virtual device is its share of the cores; the baseline gets the same share.
     threads = max(1, (os.cpu_count() or 1) // n_dev) if kind == "cpu" else None
     precs, skipped = supported(cfg, dev0)
-    ranks = sorted({int(p) for p in cfg["ranks"]})
+    ranks = sorted({int(p) for p in cfg.ranks})
     nproc = min(n_dev, max(ranks, default=1))  # ranks on this node; every node runs as many
     world = nproc * node.nnodes
     result = ctx.new_result(kind, device_name=devices[0].name, n_devices=n_dev,
@@ -119,14 +119,14 @@ def run(ctx: StageContext):
     if threads:
         torch.set_num_threads(threads)
     try:
-        single_rows = single.baseline(dev0, cfg["sizes"], precs, cfg["warmup"], cfg["repeats"],
-                                      cfg["seed"])
-        bars, checks = single.peak_bars(dev0, devices[0].name, cfg["bar_size"], precs,
-                                        cfg["warmup"], cfg["repeats"], cfg["seed"])
-        energy_rows = energy.bf16_rows(dev0, cfg["bar_size"], cfg["seed"], precs)
+        single_rows = single.baseline(dev0, cfg.sizes, precs, cfg.warmup, cfg.repeats,
+                                      cfg.seed)
+        bars, checks = single.peak_bars(dev0, devices[0].name, cfg.bar_size, precs,
+                                        cfg.warmup, cfg.repeats, cfg.seed)
+        energy_rows = energy.bf16_rows(dev0, cfg.bar_size, cfg.seed, precs)
         if kind == "cuda":
-            checks.append(single.harness_check(dev0, cfg["bar_size"], cfg["warmup"],
-                                               cfg["repeats"], cfg["seed"]))
+            checks.append(single.harness_check(dev0, cfg.bar_size, cfg.warmup,
+                                               cfg.repeats, cfg.seed))
         else:
             skipped.append(NotApplicable(single.HARNESS_CHECK, single.HARNESS_CPU_REASON))
         per_gpu_rows = _per_device(cfg, devices, kind, dev0, skipped)
@@ -150,7 +150,7 @@ def run(ctx: StageContext):
     for p in ranks:
         if p > world:
             skipped.append(NotApplicable(f"P={p}", f"{world} {kind} device(s) in this job"))
-    if kind == "cuda" and nproc > 1 and node.nnodes == 1 and cfg["p2p_off"]:
+    if kind == "cuda" and nproc > 1 and node.nnodes == 1 and cfg.p2p_off:
         try:
             multi_rows += run_multi(cfg, precs, kind, nproc, None, "nccl_p2p_off", [nproc],
                                     P2P_OFF_ENV, multicast=multicast)

@@ -29,7 +29,7 @@ def settings(section: dict) -> dict:
     """The stage's config section validated, with the schema's defaults filled in."""
     cfg = copy.deepcopy(section or {})
     cfgmod.validate(cfg, SCHEMA)
-    divide.check_divisor(cfg["divisor"])
+    divide.check_divisor(cfg.divisor)
     return cfg
 
 
@@ -51,7 +51,7 @@ def run(ctx) -> results.Result:
 
 
 def split_settings(cfg: dict) -> dict:
-    return {**cfg["split"], **{k: cfg[k] for k in ("divisor", "block", "kernel", "warmup",
+    return {**cfg.split, **{k: cfg[k] for k in ("divisor", "block", "kernel", "warmup",
                                                    "repeats")}}
 
 
@@ -60,13 +60,13 @@ def run_main(ctx) -> results.Result:
     devices = ctx.devices()
     kind = devices[0].kind
     divide.one_thread_per_cpu_device(kind)
-    ran, not_applicable = divide.variants_for(kind, cfg["variants"])
+    ran, not_applicable = divide.variants_for(kind, cfg.variants)
     log.info("kernels: %d %s device(s) (%s); variants %s", len(devices), kind, devices[0].name, ran)
     div_df = bench.run_divide(devices[0], cfg)
     split_df, phases_df = split.run_split(devices, split_settings(cfg))
     r = ctx.new_result(kind, devices=[d.as_dict() for d in devices], device_name=devices[0].name,
                        n_devices=len(devices), variants_not_applicable=not_applicable,
-                       split_kernel=divide.kernel_for(kind, cfg["kernel"]),
+                       split_kernel=divide.kernel_for(kind, cfg.kernel),
                        note=_note(kind, len(devices), not_applicable))
     r.add_table("divide", div_df, units=outcomes.units_for(div_df, bench.DIVIDE_UNITS))
     r.add_table("split", split_df, units=outcomes.units_for(split_df, split.SPLIT_UNITS))

@@ -58,19 +58,19 @@ def run_divide(device: Device, cfg: dict) -> pd.DataFrame:
     """One row per (variant, size), plus the ``copy`` rows: the same-size torch copy."""
     import torch
 
-    div = divide.check_divisor(cfg["divisor"])
-    runnable, _ = divide.variants_for(device.kind, cfg["variants"])
+    div = divide.check_divisor(cfg.divisor)
+    runnable, _ = divide.variants_for(device.kind, cfg.variants)
     rows = []
     l2 = l2_bytes(device)
-    for size in cfg["sizes_bytes"]:
+    for size in cfg.sizes_bytes:
         img = divide.make_image(size, seed=size)
         ref = divide.reference(img, div)
         # Start every output at 255 - ref: differs from the answer in every byte, never zeros.
         wrong = (np.uint8(255) - ref)
         inp = torch.from_numpy(img).to(device.torch_device)
-        inner = inner_calls(size, cfg["batch_bytes"])
+        inner = inner_calls(size, cfg.batch_bytes)
         dst = torch.from_numpy(wrong).to(device.torch_device)
-        st = _timed(lambda: dst.copy_(inp), inner, device, cfg["warmup"], cfg["repeats"])
+        st = _timed(lambda: dst.copy_(inp), inner, device, cfg.warmup, cfg.repeats)
         copy_ok = np.array_equal(dst.cpu().numpy(), img)
         copy_row = _row("copy", size, 1, st, inner, copy_ok, l2=l2)
         rows.append(copy_row)
@@ -81,8 +81,8 @@ def run_divide(device: Device, cfg: dict) -> pd.DataFrame:
                 fn = divide.divider(v, out, img, div)
             else:
                 out = torch.from_numpy(wrong).to(device.torch_device)
-                fn = divide.divider(v, out, inp, div, cfg["block"])
-            st = _timed(fn, inner, device, cfg["warmup"], cfg["repeats"])
+                fn = divide.divider(v, out, inp, div, cfg.block)
+            st = _timed(fn, inner, device, cfg.warmup, cfg.repeats)
             got = out if isinstance(out, np.ndarray) else out.cpu().numpy()
             ok = np.array_equal(got, ref)
             rows.append(_row(v, size, divide.WIDTH.get(v, 0), st, inner, ok, copy_row["gbps"], l2))

@@ -46,10 +46,10 @@ class _Job:
             from gpulab.devices import cpu_devices
 
             self.device = cpu_devices(int(dev.get("cpu_devices", 2)))[0]
-        self.variant = divide.kernel_for(self.device.kind, cfg["kernel"])
+        self.variant = divide.kernel_for(self.device.kind, cfg.kernel)
         self.img = divide.make_image(n, seed=seed)
-        self.ref = divide.reference(self.img, cfg["divisor"])
-        div, block = cfg["divisor"], cfg["block"]
+        self.ref = divide.reference(self.img, cfg.divisor)
+        div, block = cfg.divisor, cfg.block
         if self.device.kind == "cpu":
             self.inp, self.out = self.img, np.uint8(255) - self.ref
             self.call = divide.divider(self.variant, self.out, self.inp, div, block)
@@ -164,7 +164,7 @@ def run_job(ctx, index: int) -> results.Result:
     startup = t_kernel - launch
     # Keep the device busy long enough that overlapping jobs are visible in their intervals.
     while not samples or time.time() - t_kernel < float(jc["seconds"]):
-        samples += job.measure(warmup=1, repeats=cfg["repeats"])
+        samples += job.measure(warmup=1, repeats=cfg.repeats)
     verified = job.verified()
     end = time.time()
     st = timing.summarize(samples)

@@ -64,9 +64,9 @@ def chunk_ranges(n: int, parts: int, align: int = ALIGN) -> list[tuple[int, int]
 
 def modes(n_devices: int, kind: str, cfg: dict) -> list[Mode]:
     counts = sorted({1, n_devices})
-    chunks = sorted({1, int(cfg["chunks"])})
+    chunks = sorted({1, cfg.chunks})
     # Pinned memory is a CUDA notion: on CPU virtual devices host memory is device memory.
-    pinned = [bool(p) for p in cfg["pinned"]] if kind == "cuda" else [False]
+    pinned = [bool(p) for p in cfg.pinned] if kind == "cuda" else [False]
     return [Mode(d, t, c, p) for d, t, c, p in
             product(counts, ("single", "per_device"), chunks, pinned)]
 
@@ -82,16 +82,16 @@ class DeviceWork:
         self.d_in = torch.empty(n, dtype=torch.uint8, device=device.torch_device)
         self.d_out = torch.empty_like(self.d_in)
         self.sub = chunk_ranges(n, mode.chunks)
-        nstreams = 1 if mode.chunks == 1 else max(2, min(mode.chunks, int(cfg["streams"])))
+        nstreams = 1 if mode.chunks == 1 else max(2, min(mode.chunks, cfg.streams))
         self.streams = [new_stream(device) for _ in range(nstreams)]
-        variant = divide.kernel_for(device.kind, cfg["kernel"])
+        variant = divide.kernel_for(device.kind, cfg.kernel)
         self.steps = []
         for a, b in self.sub:
             di, do = self.d_in[a:b], self.d_out[a:b]
             hi_, ho = h_in[lo + a:lo + b], h_out[lo + a:lo + b]
             self.steps.append((
                 lambda di=di, hi_=hi_: di.copy_(hi_, non_blocking=True),
-                divide.divider(variant, do, di, cfg["divisor"], cfg["block"]),
+                divide.divider(variant, do, di, cfg.divisor, cfg.block),
                 lambda ho=ho, do=do: ho.copy_(do, non_blocking=True),
             ))
         self.marks = None
@@ -167,10 +167,10 @@ def run_mode(devices: list[Device], buffers, ref: np.ndarray, mode: Mode, cfg: d
 
     rows, walls = [], []
     try:
-        for _ in range(cfg["warmup"]):
+        for _ in range(cfg.warmup):
             once()
-        for rep in range(cfg["repeats"]):
-            if rep == cfg["repeats"] - 1:
+        for rep in range(cfg.repeats):
+            if rep == cfg.repeats - 1:
                 h_out.copy_(wrong)  # untimed: the verified repetition must write every byte
             walls.append(once())
             for w in works:
@@ -188,9 +188,9 @@ def run_mode(devices: list[Device], buffers, ref: np.ndarray, mode: Mode, cfg: d
 
 def run_split(devices: list[Device], cfg: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Tables ``split`` (one row per mode) and ``split_phases`` (per mode, device and phase)."""
-    n = int(cfg["bytes"])
+    n = cfg.bytes
     img = divide.make_image(n, seed=7)
-    ref = divide.reference(img, cfg["divisor"])
+    ref = divide.reference(img, cfg.divisor)
     summary, phase_rows = [], []
     todo = modes(len(devices), devices[0].kind, cfg)
     # Host buffers once per memory kind: pinning a large buffer costs more than the runs.

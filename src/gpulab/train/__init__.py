@@ -29,11 +29,11 @@ def load_config(section: dict) -> dict:
         cfg = cfgmod.validate(dict(section), SCHEMA)
     except cfgmod.ConfigError as exc:
         raise cfgmod.ConfigError(f"train: {exc}") from None
-    bad = [m for m in cfg["microbatches"] if cfg["pipeline_batch"] % m]
+    bad = [m for m in cfg.microbatches if cfg.pipeline_batch % m]
     if bad:
         raise cfgmod.ConfigError(f"train.pipeline_batch={cfg['pipeline_batch']} is not divisible "
                                  f"by train.microbatches {bad}")
-    g = cfg["gpt"]
+    g = cfg.gpt
     if g["d_model"] % g["n_heads"]:
         raise cfgmod.ConfigError(f"train.gpt.d_model={g['d_model']} is not a multiple of "
                                  f"train.gpt.n_heads={g['n_heads']}")
@@ -47,7 +47,7 @@ def parallel_degree(variant: str, cfg: dict, n: int) -> tuple[int, str]:
     n_heads that is <= n. Pipeline parallel needs a layer per stage: at most n_layers + 2 stages
     (embedding, blocks, head).
     """
-    g = cfg["gpt"]
+    g = cfg.gpt
     if variant == "tensor":
         d = max(k for k in range(1, n + 1) if g["n_heads"] % k == 0)
         why = f"n_heads={g['n_heads']} splits evenly over {d} of the {n} devices"
@@ -89,7 +89,7 @@ def run(ctx: StageContext):
             _add(res, "ddp_ranks", [r for rk in ranks for r in rk["rows"]])
             _add(res, "lr_scaling", ranks[0]["curves"])
             checks += [Check(**c) for c in ranks[0]["checks"]]
-            bars += tables.ddp_bars(agg, kind, n, cfg["models"][0])
+            bars += tables.ddp_bars(agg, kind, n, cfg.models[0])
         else:
             bars += _model_parallel(ctx, res, cfg, kind, n, checks)
     except launch.LaunchError as exc:

@@ -56,16 +56,16 @@ def wrap(model, ctx: launch.WorkerContext, group, bucket_mb: float, hook: str, p
 def measure_config(ctx, cfg, ds, group, k, name, local_batch, bucket_mb, hook) -> dict:
     """Time one DDP configuration on this rank (a member of ``group`` of k ranks)."""
     dev = ctx.device
-    loop.seed_everything(cfg["seed"])  # same init on every rank (DDP also broadcasts rank 0's)
-    model = models.build_classifier(name, cfg["mlp_hidden"]).to(dev)
-    ddp = wrap(model, ctx, group, bucket_mb, hook, cfg["powersgd_rank"])
-    opt = torch.optim.SGD(ddp.parameters(), lr=cfg["lr"], momentum=cfg["momentum"])
+    loop.seed_everything(cfg.seed)  # same init on every rank (DDP also broadcasts rank 0's)
+    model = models.build_classifier(name, cfg.mlp_hidden).to(dev)
+    ddp = wrap(model, ctx, group, bucket_mb, hook, cfg.powersgd_rank)
+    opt = torch.optim.SGD(ddp.parameters(), lr=cfg.lr, momentum=cfg.momentum)
     rank = dist.get_rank(group)
-    batches = data.EpochBatches(ds, local_batch, rank=rank, replicas=k, seed=cfg["seed"])
+    batches = data.EpochBatches(ds, local_batch, rank=rank, replicas=k, seed=cfg.seed)
     loop.reset_peak([dev])
-    warmup = max(cfg["warmup"], 2 if hook == "powersgd" else 0)
+    warmup = max(cfg.warmup, 2 if hook == "powersgd" else 0)
     stats, losses = loop.run_timed(lambda: loop.timed_step(ddp, opt, batches, dev), warmup,
-                                   cfg["repeats"])
+                                   cfg.repeats)
     row = {"model": name, "devices": k, "local_batch": local_batch, "global_batch": k * local_batch,
            "bucket_cap_mb": bucket_mb, "comm_hook": hook, **loop.stats_row(stats, k * local_batch),
            "peak_mem_bytes": loop.peak_bytes(dev), "final_loss": losses[-1]}
@@ -74,7 +74,7 @@ def measure_config(ctx, cfg, ds, group, k, name, local_batch, bucket_mb, hook) -
     # (The model is thrown away after this, so unsynchronised updates do no harm.)
     with ddp.no_sync():
         nosync, _ = loop.run_timed(lambda: loop.timed_step(ddp, opt, batches, dev), 0,
-                                   cfg["repeats"])
+                                   cfg.repeats)
     row["backward_nosync_s"] = nosync["backward"].median
     row["comm_exposed_s"] = max(0.0, row["backward_s"] - row["backward_nosync_s"])
     return row
@@ -82,18 +82,18 @@ def measure_config(ctx, cfg, ds, group, k, name, local_batch, bucket_mb, hook) -
 
 def sweep(ctx, cfg, ds) -> list[dict]:
     world = ctx.world_size
-    counts = device_counts(cfg["device_counts"], world)
+    counts = device_counts(cfg.device_counts, world)
     groups = {k: (dist.new_group(list(range(k))) if k < world else dist.group.WORLD) for k in counts}
     configs = []  # (k, model, local batch, bucket, hook, sweep name)
-    for name in cfg["models"]:
+    for name in cfg.models:
         for k in counts:
-            for g in cfg["global_batches"]:
+            for g in cfg.global_batches:
                 if g % k == 0:
-                    configs.append((k, name, g // k, cfg["bucket_cap_mb"][0], "none", "strong"))
-            configs.append((k, name, cfg["per_device_batch"], cfg["bucket_cap_mb"][0], "none", "weak"))
-        for bucket in cfg["bucket_cap_mb"]:
-            for hook in cfg["comm_hooks"]:
-                configs.append((world, name, cfg["per_device_batch"], bucket, hook, "comm"))
+                    configs.append((k, name, g // k, cfg.bucket_cap_mb[0], "none", "strong"))
+            configs.append((k, name, cfg.per_device_batch, cfg.bucket_cap_mb[0], "none", "weak"))
+        for bucket in cfg.bucket_cap_mb:
+            for hook in cfg.comm_hooks:
+                configs.append((world, name, cfg.per_device_batch, bucket, hook, "comm"))
     rows = []
     for k, name, b, bucket, hook, kind in configs:
         if ctx.rank < k:
@@ -110,17 +110,17 @@ def equivalence(ctx, cfg, ds, name: str) -> dict | None:
     the update equals that of the mean loss over the global batch (equal local batch sizes). With a
     sum loss DDP would still average, giving 1/N of the single-device gradient.
     """
-    dev, k, b, steps = ctx.device, ctx.world_size, cfg["equivalence_batch"], cfg["equivalence_steps"]
-    loop.seed_everything(cfg["seed"])
-    model = models.build_classifier(name, cfg["mlp_hidden"], dropout=0.0).double().to(dev)
+    dev, k, b, steps = ctx.device, ctx.world_size, cfg.equivalence_batch, cfg.equivalence_steps
+    loop.seed_everything(cfg.seed)
+    model = models.build_classifier(name, cfg.mlp_hidden, dropout=0.0).double().to(dev)
     ref = None
     if ctx.rank == 0:
-        loop.seed_everything(cfg["seed"])
-        ref = models.build_classifier(name, cfg["mlp_hidden"], dropout=0.0).double().to(dev)
-        ref_opt = torch.optim.SGD(ref.parameters(), lr=cfg["lr"], momentum=cfg["momentum"])
-    ddp = wrap(model, ctx, None, cfg["bucket_cap_mb"][0], "none", 1)
-    opt = torch.optim.SGD(ddp.parameters(), lr=cfg["lr"], momentum=cfg["momentum"])
-    batches = data.EpochBatches(ds, b, rank=ctx.rank, replicas=k, seed=cfg["seed"])
+        loop.seed_everything(cfg.seed)
+        ref = models.build_classifier(name, cfg.mlp_hidden, dropout=0.0).double().to(dev)
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=cfg.lr, momentum=cfg.momentum)
+    ddp = wrap(model, ctx, None, cfg.bucket_cap_mb[0], "none", 1)
+    opt = torch.optim.SGD(ddp.parameters(), lr=cfg.lr, momentum=cfg.momentum)
+    batches = data.EpochBatches(ds, b, rank=ctx.rank, replicas=k, seed=cfg.seed)
     if batches.steps_per_epoch() < steps:
         raise ValueError(f"train.equivalence_steps={steps} exceeds one epoch "
                          f"({batches.steps_per_epoch()} steps of {b} per rank)")
@@ -135,7 +135,7 @@ def equivalence(ctx, cfg, ds, name: str) -> dict | None:
         dist.all_reduce(mean_loss)
         mean_loss /= k
         if ref is not None:
-            idx = data.global_batch_indices(len(ds), k, b, step, seed=cfg["seed"])
+            idx = data.global_batch_indices(len(ds), k, b, step, seed=cfg.seed)
             xs, ys = zip(*ds.__getitems__(idx))
             rl = torch.nn.functional.cross_entropy(ref(torch.stack(xs).double().to(dev)),
                                                    torch.stack(ys).to(dev))
@@ -146,7 +146,7 @@ def equivalence(ctx, cfg, ds, name: str) -> dict | None:
     if ref is None:
         return None
     err = loop.max_rel_err(model.parameters(), ref.parameters())
-    tol = cfg["equivalence_tolerance"]
+    tol = cfg.equivalence_tolerance
     return asdict(Check.of(f"ddp({k}) == single device, global batch {k * b} ({name}, float64, "
                            f"{steps} SGD steps, max rel. param error)", "ddp",
                            err <= tol and loss_err <= tol, value=err, bound=tol,
@@ -156,7 +156,7 @@ def equivalence(ctx, cfg, ds, name: str) -> dict | None:
 def sampler_check(ctx, cfg, ds) -> dict | None:
     """DistributedSampler: shards are disjoint and cover the data; set_epoch changes the order."""
     s = torch.utils.data.DistributedSampler(ds, num_replicas=ctx.world_size, rank=ctx.rank,
-                                            seed=cfg["seed"], drop_last=True)
+                                            seed=cfg.seed, drop_last=True)
     s.set_epoch(0)
     e0 = list(s)
     s.set_epoch(1)
@@ -174,18 +174,18 @@ def sampler_check(ctx, cfg, ds) -> dict | None:
 
 def lr_scaling(ctx, cfg, ds) -> list[dict]:
     """Train on all ranks with base lr, lr x N, and lr x N with warm-up; loss per step."""
-    k, b, dev = ctx.world_size, cfg["curve_batch"], ctx.device
-    name = cfg["models"][0]
-    settings = [("base lr", False, 0), ("lr x N", True, 0), ("lr x N + warm-up", True, cfg["lr_warmup_steps"])]
+    k, b, dev = ctx.world_size, cfg.curve_batch, ctx.device
+    name = cfg.models[0]
+    settings = [("base lr", False, 0), ("lr x N", True, 0), ("lr x N + warm-up", True, cfg.lr_warmup_steps)]
     out = []
     for label, scale, wsteps in settings:
-        loop.seed_everything(cfg["seed"])
-        model = models.build_classifier(name, cfg["mlp_hidden"]).to(dev)
-        ddp = wrap(model, ctx, None, cfg["bucket_cap_mb"][0], "none", 1)
-        opt = torch.optim.SGD(ddp.parameters(), lr=cfg["lr"], momentum=cfg["momentum"])
-        batches = data.EpochBatches(ds, b, rank=ctx.rank, replicas=k, seed=cfg["seed"])
-        for step in range(cfg["curve_epochs"] * batches.steps_per_epoch()):
-            lr = loop.lr_at(step, cfg["lr"], k, scale, wsteps)
+        loop.seed_everything(cfg.seed)
+        model = models.build_classifier(name, cfg.mlp_hidden).to(dev)
+        ddp = wrap(model, ctx, None, cfg.bucket_cap_mb[0], "none", 1)
+        opt = torch.optim.SGD(ddp.parameters(), lr=cfg.lr, momentum=cfg.momentum)
+        batches = data.EpochBatches(ds, b, rank=ctx.rank, replicas=k, seed=cfg.seed)
+        for step in range(cfg.curve_epochs * batches.steps_per_epoch()):
+            lr = loop.lr_at(step, cfg.lr, k, scale, wsteps)
             loop.set_lr(opt, lr)
             _, loss = loop.timed_step(ddp, opt, batches, dev)
             t = torch.tensor([loss], device=dev)
@@ -200,7 +200,7 @@ def worker(ctx: launch.WorkerContext, payload: dict) -> dict:
     ds = data.open_digits(payload["data"])
     checks = [c for c in [sampler_check(ctx, cfg, ds)] if c]
     rows = sweep(ctx, cfg, ds)
-    for name in cfg["models"]:
+    for name in cfg.models:
         c = equivalence(ctx, cfg, ds, name)
         if c:
             checks.append(c)

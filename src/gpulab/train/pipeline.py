@@ -30,13 +30,13 @@ def build(cfg, gcfg, ctx, schedule: str, m: int):
     from torch.distributed import pipelining
 
     p, rank = ctx.world_size, ctx.rank
-    loop.seed_everything(cfg["seed"])  # the whole model is built identically on every rank
+    loop.seed_everything(cfg.seed)  # the whole model is built identically on every rank
     full = models.TinyGPT(gcfg)
     mod = models.pipeline_stage_module(full, rank, p).to(ctx.device)
     stage = pipelining.PipelineStage(mod, rank, p, ctx.device)
     # scale_grads=True: gradients are averaged over micro-batches (= the full-batch mean loss).
     sched = getattr(pipelining, SCHEDULES[schedule])(stage, m, loss_fn=models.lm_loss, scale_grads=True)
-    opt = torch.optim.SGD(mod.parameters(), lr=cfg["lr"])
+    opt = torch.optim.SGD(mod.parameters(), lr=cfg.lr)
     return mod, sched, opt
 
 
@@ -53,7 +53,7 @@ def check(ctx, cfg, gcfg, schedule, m, x, y) -> dict:
     """Pipeline gradients and loss vs the unsplit model on the whole batch (float32)."""
     mod, sched, _ = build(cfg, gcfg, ctx, schedule, m)
     losses = run_schedule(ctx, sched, x, y)
-    loop.seed_everything(cfg["seed"])
+    loop.seed_everything(cfg.seed)
     ref = models.TinyGPT(gcfg).to(ctx.device)
     ref_loss = models.lm_loss(ref(x.to(ctx.device)), y.to(ctx.device))
     ref_loss.backward()
@@ -119,13 +119,13 @@ class BusyClock:
 
 def worker(ctx: launch.WorkerContext, payload: dict) -> dict:
     cfg = payload["cfg"]
-    gcfg = models.GPTConfig(**cfg["gpt"])
-    p, B = ctx.world_size, cfg["pipeline_batch"]
-    xs, ys = data.synthetic_tokens(4 * B, gcfg.seq_len, gcfg.vocab, cfg["seed"])
+    gcfg = models.GPTConfig(**cfg.gpt)
+    p, B = ctx.world_size, cfg.pipeline_batch
+    xs, ys = data.synthetic_tokens(4 * B, gcfg.seq_len, gcfg.vocab, cfg.seed)
     batches = [(xs[i * B:(i + 1) * B], ys[i * B:(i + 1) * B]) for i in range(4)]
     rows = []
-    for schedule in cfg["schedules"]:
-        for m in cfg["microbatches"]:
+    for schedule in cfg.schedules:
+        for m in cfg.microbatches:
             base = {"schedule": schedule, "stages": p, "microbatches": m, "global_batch": B,
                     "micro_batch": B // m, "rank": ctx.rank}
             if schedule == "1f1b" and m < p:
@@ -150,7 +150,7 @@ def worker(ctx: launch.WorkerContext, payload: dict) -> dict:
                 dist.barrier()
 
             loop.reset_peak([ctx.device])
-            st = timing.measure(step, warmup=cfg["warmup"], repeats=cfg["repeats"],
+            st = timing.measure(step, warmup=cfg.warmup, repeats=cfg.repeats,
                                 sync=ctx.sync if ctx.is_cuda else None, setup=between)
             peak = loop.peak_bytes(ctx.device)
             busy = clock.busy(st.n)

@@ -51,7 +51,7 @@ def make(cfg: dict, name: str, strategy: str, devs: list[torch.device], seed: in
     """Model (wrapped for ``strategy``), its optimizer, the input device, the devices it runs on
     (the step timer waits for all of them) and a note."""
     loop.seed_everything(seed)
-    base = models.build_classifier(name, cfg["mlp_hidden"])
+    base = models.build_classifier(name, cfg.mlp_hidden)
     dev, note, used = devs[0], "", [devs[0]]
     if strategy == "naive_mp":
         model = models.NaiveModelParallel(base, devs)
@@ -74,7 +74,7 @@ def make(cfg: dict, name: str, strategy: str, devs: list[torch.device], seed: in
         model = SaveActivationsOnCPU(base, pin=dev.type == "cuda")
         note = "" if dev.type == "cuda" else "on CPU the activations already live in host memory"
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.SGD(params, lr=cfg["lr"], momentum=cfg["momentum"])
+    opt = torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum)
     if strategy == "offload_params":
         offload_parameters(base, opt, dev)
         note = "" if dev.type == "cuda" else "on CPU the moves to/from host memory are no-ops"
@@ -88,11 +88,11 @@ TECHNIQUES = ("freeze", "offload_activations", "offload_params")
 def run_single(cfg: dict, dataset, devices) -> dict:
     """All rows of the ``single`` variant: {'throughput': [...], 'loss_curve': [...], 'checks': [...]}."""
     devs = [d.torch_device for d in devices]
-    seed, warmup, repeats = cfg["seed"], cfg["warmup"], cfg["repeats"]
+    seed, warmup, repeats = cfg.seed, cfg.warmup, cfg.repeats
     rows, curves, checks = [], [], []
-    for name in cfg["models"]:
-        for b in cfg["batch_sizes"]:
-            for strategy in STRATEGIES + (TECHNIQUES if b == max(cfg["batch_sizes"]) else ()):
+    for name in cfg.models:
+        for b in cfg.batch_sizes:
+            for strategy in STRATEGIES + (TECHNIQUES if b == max(cfg.batch_sizes) else ()):
                 model, opt, dev, used, note = make(cfg, name, strategy, devs, seed)
                 batches = data.EpochBatches(dataset, b, seed=seed)
                 loop.reset_peak(set(devs))
@@ -112,32 +112,32 @@ def run_single(cfg: dict, dataset, devices) -> dict:
 def naive_mp_check(cfg, name, devs, dataset, seed) -> Check:
     """The split model computes exactly what the unsplit one does (same init, same input)."""
     loop.seed_everything(seed)
-    plain = models.build_classifier(name, cfg["mlp_hidden"]).to(devs[0])
+    plain = models.build_classifier(name, cfg.mlp_hidden).to(devs[0])
     loop.seed_everything(seed)
-    split = models.NaiveModelParallel(models.build_classifier(name, cfg["mlp_hidden"]), devs)
+    split = models.NaiveModelParallel(models.build_classifier(name, cfg.mlp_hidden), devs)
     x = torch.stack([dataset[i][0] for i in range(min(64, len(dataset)))]).to(devs[0])
     with torch.no_grad():
         err = loop.rel_err(split(x).to(devs[0]), plain(x))
-    tol = cfg["equivalence_tolerance"]
+    tol = cfg.equivalence_tolerance
     return Check.within(f"naive_mp == unsplit ({name}, forward)", "single", err, tol,
                         note="max |a-b| / max |b| of the logits")
 
 
 def loss_curves(cfg, name, dataset, dev, seed) -> list[dict]:
     """Loss per step for plain training and for freezing the feature layers after some steps."""
-    b = cfg["curve_batch"]
+    b = cfg.curve_batch
     out = []
-    for strategy, freeze_at in (("single", None), ("freeze_after", cfg["freeze_after_steps"])):
+    for strategy, freeze_at in (("single", None), ("freeze_after", cfg.freeze_after_steps)):
         loop.seed_everything(seed)
-        model = models.build_classifier(name, cfg["mlp_hidden"]).to(dev)
-        opt = torch.optim.SGD(model.parameters(), lr=cfg["lr"], momentum=cfg["momentum"])
+        model = models.build_classifier(name, cfg.mlp_hidden).to(dev)
+        opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
         batches = data.EpochBatches(dataset, b, seed=seed)
-        steps = cfg["curve_epochs"] * batches.steps_per_epoch()
+        steps = cfg.curve_epochs * batches.steps_per_epoch()
         for step in range(steps):
             if step == freeze_at:
                 for layer in model.feature_layers():
                     layer.requires_grad_(False)
             _, loss = loop.timed_step(model, opt, batches, dev)
             out.append({"model": name, "strategy": strategy, "step": step, "epoch": batches.epoch,
-                        "loss": loss, "lr": cfg["lr"]})
+                        "loss": loss, "lr": cfg.lr})
     return out

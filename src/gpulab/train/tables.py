@@ -127,7 +127,7 @@ def pipeline_tables(rows: list[dict], cfg: dict, kind: str, p: int):
     else:
         agg = pd.DataFrame(columns=keys)
     agg = pd.concat([agg, skipped], ignore_index=True).sort_values(keys).reset_index(drop=True)
-    tol = cfg["float32_tolerance"]
+    tol = cfg.float32_tolerance
     checks = [Check.within(f"pipeline {r.schedule} m={r.microbatches} == unsplit (grads, loss; "
                            "float32)", "pipeline", max(r.grad_rel_err, r.loss_rel_err), tol)
               for r in agg.itertuples() if r.note == ""]
@@ -152,7 +152,7 @@ def tensor_tables(rows: list[dict], rank_checks: list[dict], cfg: dict, kind: st
     agg = agg.drop(columns=["params_local"]).merge(params, on=keys)
     base = agg[agg["mode"] == "unsplit"].set_index("global_batch")["step_s_median"]
     agg["speedup"] = [base.get(b, float("nan")) / s for b, s in zip(agg["global_batch"], agg["step_s_median"])]
-    tol = cfg["float32_tolerance"]
+    tol = cfg.float32_tolerance
     err = max(max(c["grad_rel_err"], c["loss_rel_err"]) for c in rank_checks)
     checks = [Check.within(f"tensor parallel on {n} rank(s) == unsplit (full grads, loss; float32)",
                            "tensor", err, tol)]

@@ -22,7 +22,7 @@ def grads(model) -> list[torch.Tensor]:
 
 
 def time_training(ctx, cfg, model, x, y, barrier: bool) -> timing.Stats:
-    opt = torch.optim.SGD(model.parameters(), lr=cfg["lr"], foreach=False)  # DTensor + Tensor mix
+    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, foreach=False)  # DTensor + Tensor mix
 
     def step():
         models.lm_loss(model(x), y).backward()
@@ -33,7 +33,7 @@ def time_training(ctx, cfg, model, x, y, barrier: bool) -> timing.Stats:
         if barrier:  # line the ranks up so each timed step starts together
             dist.barrier()
 
-    return timing.measure(step, warmup=cfg["warmup"], repeats=cfg["repeats"],
+    return timing.measure(step, warmup=cfg.warmup, repeats=cfg.repeats,
                           device=ctx.device if ctx.is_cuda else None, setup=between)
 
 
@@ -42,16 +42,16 @@ def worker(ctx: launch.WorkerContext, payload: dict) -> dict:
     from torch.distributed.tensor.parallel import parallelize_module
 
     cfg, dev, n = payload["cfg"], ctx.device, ctx.world_size
-    gcfg = models.GPTConfig(**cfg["gpt"])
+    gcfg = models.GPTConfig(**cfg.gpt)
     if gcfg.n_heads % n:
         raise ValueError(f"train.gpt.n_heads={gcfg.n_heads} is not divisible by the {n} "
                          "tensor-parallel ranks")
     mesh = init_device_mesh(dev.type, (n,))
-    loop.seed_everything(cfg["seed"])
+    loop.seed_everything(cfg.seed)
     ref = models.TinyGPT(gcfg).to(dev)
     tp = parallelize_module(copy.deepcopy(ref), mesh, models.tensor_parallel_plan(ref))
 
-    xs, ys = data.synthetic_tokens(max(cfg["tensor_batches"]), gcfg.seq_len, gcfg.vocab, cfg["seed"])
+    xs, ys = data.synthetic_tokens(max(cfg.tensor_batches), gcfg.seq_len, gcfg.vocab, cfg.seed)
     x, y = xs[:8].to(dev), ys[:8].to(dev)
     tp_loss = models.lm_loss(tp(x), y)
     tp_loss.backward()
@@ -63,7 +63,7 @@ def worker(ctx: launch.WorkerContext, payload: dict) -> dict:
     ref.zero_grad(set_to_none=True)
 
     rows = []
-    for b in cfg["tensor_batches"]:
+    for b in cfg.tensor_batches:
         xb, yb = xs[:b].to(dev), ys[:b].to(dev)
         for kind, model, devices in (("unsplit", ref, 1), ("tensor_parallel", tp, n)):
             alone = kind == "unsplit"  # rank 0 alone trains the unsplit baseline; others wait

@@ -12,19 +12,13 @@ import logging
 import numpy as np
 import pandas as pd
 
-from gpulab import config as cfgmod
 from gpulab import outcomes, phases, results
 from gpulab.transfer import bars, energy, hostmem, malloc, matrices, seedref
 from gpulab.transfer.measure import CONVENTIONS, MAX_QUEUED, ROW_UNITS
+from gpulab.transfer.settings import Settings
 
 log = logging.getLogger("gpulab.transfer")
 STAGE = "transfer"
-SCHEMA = "transfer"  # its packaged schema, gpulab/transfer/schema.yaml
-
-
-def full_config(section: dict) -> dict:
-    """The stage's section with schema defaults filled in (and validated: errors name the key)."""
-    return cfgmod.validate(dict(section or {}), SCHEMA)
 
 
 def _units(df: pd.DataFrame, extra: dict | None = None) -> dict:
@@ -43,11 +37,11 @@ def _add(result, name: str, df: pd.DataFrame, extra_units: dict | None = None):
         result.add_table(name, df, units=_units(df, extra_units))
 
 
-def _host_memory(result, cfg: dict):
-    w, rep, c, seed = int(cfg["warmup"]), int(cfg["repeats"]), int(cfg["copies"]), int(cfg["seed"])
-    _add(result, "host_memcpy", hostmem.memcpy_sweep(cfg["host_sizes"], w, rep, c,
-                                                     int(cfg["sweep_target_bytes"]), seed))
-    _add(result, "host_threads", hostmem.thread_scaling(cfg["host_threads"], int(cfg["host_threads_bytes"]),
+def _host_memory(result, cfg: Settings):
+    w, rep, c, seed = cfg.warmup, cfg.repeats, cfg.copies, cfg.seed
+    _add(result, "host_memcpy", hostmem.memcpy_sweep(cfg.host_sizes, w, rep, c,
+                                                     cfg.sweep_target_bytes, seed))
+    _add(result, "host_threads", hostmem.thread_scaling(cfg.host_threads, cfg.host_threads_bytes,
                                                         w, rep, c, seed))
 
 
@@ -56,7 +50,7 @@ def _add_matrices(result, rows: pd.DataFrame, n: int, label: str):
         result.add_matrix(name, m, **meta)
 
 
-def _gpu(result, cfg: dict, n: int) -> tuple[int, list, list]:
+def _gpu(result, cfg: Settings, n: int) -> tuple[int, list, list]:
     """The GPU phases; returns (peer pairs, bars, checks)."""
     from gpulab.transfer import gpu
     from gpulab.transfer.isolate import run_isolated
@@ -110,10 +104,10 @@ def _gpu(result, cfg: dict, n: int) -> tuple[int, list, list]:
     return peer_pairs, bar_rows, check_rows
 
 
-def _cpu(result, cfg: dict, n: int) -> tuple[int, list, list]:
-    vd = hostmem.VirtualDevices(n, int(cfg["matrix_bytes"]), int(cfg["seed"]))
-    rows = vd.matrices(int(cfg["warmup"]), int(cfg["repeats"]), int(cfg["copies"]), int(cfg["latency_bytes"]),
-                       int(cfg["latency_copies"]))
+def _cpu(result, cfg: Settings, n: int) -> tuple[int, list, list]:
+    vd = hostmem.VirtualDevices(n, cfg.matrix_bytes, cfg.seed)
+    rows = vd.matrices(cfg.warmup, cfg.repeats, cfg.copies, cfg.latency_bytes,
+                       cfg.latency_copies)
     _add(result, "p2p", rows)
     _add_matrices(result, rows, n, "CPU")
     result.attrs["isolation_check"] = "not applicable: CPU virtual devices (no peer access to toggle)"
@@ -121,7 +115,7 @@ def _cpu(result, cfg: dict, n: int) -> tuple[int, list, list]:
 
 
 def run(ctx):
-    cfg = full_config(ctx.config)
+    cfg = ctx.settings
     devices = ctx.devices()
     kind, n = devices[0].kind, len(devices)
     result = ctx.new_result(kind, conventions=CONVENTIONS, device_count=n,

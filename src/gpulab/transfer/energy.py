@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from gpulab import energy
+from gpulab.transfer.settings import Settings
 
 
 def same_device_copy_rows(device_index: int | None, nbytes: int) -> list[dict]:
@@ -25,15 +26,15 @@ def same_device_copy_rows(device_index: int | None, nbytes: int) -> list[dict]:
     return [row]
 
 
-def gpu_phase(cfg: dict) -> list[dict]:
+def gpu_phase(cfg: Settings) -> list[dict]:
     """Every visible GPU's copy (run in an isolated process like the stage's other GPU phases)."""
     import torch
 
     return [r for i in range(torch.cuda.device_count())
-            for r in same_device_copy_rows(i, int(cfg["matrix_bytes"]))]
+            for r in same_device_copy_rows(i, cfg.matrix_bytes)]
 
 
-def add_table(result, cfg: dict, kind: str) -> None:
+def add_table(result, cfg: Settings, kind: str) -> None:
     """The stage's ``energy`` table (GPU: every GPU in an isolated process; CPU: RAPL)."""
     import pandas as pd
 
@@ -43,7 +44,7 @@ def add_table(result, cfg: dict, kind: str) -> None:
 
             rows = run_isolated(gpu_phase, cfg)
         else:
-            rows = same_device_copy_rows(None, int(cfg["matrix_bytes"]))
+            rows = same_device_copy_rows(None, cfg.matrix_bytes)
     except Exception as exc:  # noqa: BLE001 - the energy rows never take the stage down
         rows = [energy.not_applicable_row("same-device copy", kind, f"energy measurement failed: "
                                           f"{exc!r}", "GB")]

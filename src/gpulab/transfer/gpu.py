@@ -14,27 +14,28 @@ import pandas as pd
 from gpulab import devices
 from gpulab.transfer import cudart as cr
 from gpulab.transfer import hostdev, hybrid, malloc, p2p
+from gpulab.transfer.settings import Settings
 
 
-def _kits(cfg: dict, nbytes: int) -> list[cr.DeviceKit]:
+def _kits(cfg: Settings, nbytes: int) -> list[cr.DeviceKit]:
     n = cr.rt().getDeviceCount()
-    return [cr.DeviceKit(d, nbytes, int(cfg["seed"]), int(cfg["spin_timeout_clocks"])) for d in range(n)]
+    return [cr.DeviceKit(d, nbytes, cfg.seed, cfg.spin_timeout_clocks) for d in range(n)]
 
 
-def _p2p_bytes(cfg: dict) -> int:
-    return max([int(cfg["matrix_bytes"]), int(cfg["latency_bytes"])] + [int(s) for s in cfg["p2p_sizes"]])
+def _p2p_bytes(cfg: Settings) -> int:
+    return max([cfg.matrix_bytes, cfg.latency_bytes] + list(cfg.p2p_sizes))
 
 
 def _connectivity(n: int) -> list[list[bool]]:
     return [[i == j or cr.can_access_peer(i, j) for j in range(n)] for i in range(n)]
 
 
-def _malloc(cfg: dict, peers: int, label: str) -> pd.DataFrame:
-    return malloc.malloc_cost(0, int(cfg["malloc_count"]), int(cfg["malloc_bytes"]), int(cfg["warmup"]),
-                              max(1, int(cfg["repeats"]) // 2), peers, label)
+def _malloc(cfg: Settings, peers: int, label: str) -> pd.DataFrame:
+    return malloc.malloc_cost(0, cfg.malloc_count, cfg.malloc_bytes, cfg.warmup,
+                              max(1, cfg.repeats // 2), peers, label)
 
 
-def disabled_phase(cfg: dict) -> dict:
+def disabled_phase(cfg: Settings) -> dict:
     kits = _kits(cfg, _p2p_bytes(cfg))
     n = len(kits)
     can = _connectivity(n)
@@ -57,8 +58,8 @@ def disabled_phase(cfg: dict) -> dict:
             "l2_bytes": [k.l2_bytes for k in kits]}
 
 
-def enabled_phase(cfg: dict) -> dict:
-    nbytes = max(_p2p_bytes(cfg), int(cfg["hybrid_bytes"]))
+def enabled_phase(cfg: Settings) -> dict:
+    nbytes = max(_p2p_bytes(cfg), cfg.hybrid_bytes)
     kits = _kits(cfg, nbytes)
     n = len(kits)
     can = _connectivity(n)
@@ -67,8 +68,8 @@ def enabled_phase(cfg: dict) -> dict:
     try:
         out["p2p"], out["sweep"] = p2p.measure_all(bench, can)
         out["torch_d2d"] = pd.DataFrame([
-            hostdev.torch_d2d(d, int(cfg["matrix_bytes"]), int(cfg["copies"]), int(cfg["warmup"]),
-                              int(cfg["repeats"])) for d in range(n)])
+            hostdev.torch_d2d(d, cfg.matrix_bytes, cfg.copies, cfg.warmup,
+                              cfg.repeats) for d in range(n)])
         if n >= 2:
             both = can[0][1] and can[1][0]
             if both:
@@ -96,24 +97,24 @@ def enabled_phase(cfg: dict) -> dict:
     return out
 
 
-def host_phase(cfg: dict) -> dict:
-    nbytes = max([int(s) for s in cfg["host_sizes"]] + [int(cfg["host_threads_bytes"])])
+def host_phase(cfg: Settings) -> dict:
+    nbytes = max(list(cfg.host_sizes) + [cfg.host_threads_bytes])
     kits = _kits(cfg, nbytes)
     try:
         sweep = hostdev.sweep(kits[0], cfg)
         thr = hostdev.threads(kits, cfg)
-        bar_n = max(int(s) for s in cfg["host_sizes"])
-        c = int(cfg["copies"])
-        ref = hostdev.torch_pinned_h2d(0, bar_n, c, int(cfg["warmup"]), int(cfg["repeats"]), int(cfg["seed"]))
+        bar_n = max(cfg.host_sizes)
+        c = cfg.copies
+        ref = hostdev.torch_pinned_h2d(0, bar_n, c, cfg.warmup, cfg.repeats, cfg.seed)
         scratch = cr.PinnedHost(bar_n)
-        hb = hostdev.HostBuffers(bar_n, int(cfg["seed"]) + 5)
+        hb = hostdev.HostBuffers(bar_n, cfg.seed + 5)
         try:  # ours at exactly the reference's size and copy count, in the same process
-            mine = hostdev.measure_one(kits[0], hb, "H2D", "pinned", "async", bar_n, c, int(cfg["warmup"]),
-                                int(cfg["repeats"]), scratch)
+            mine = hostdev.measure_one(kits[0], hb, "H2D", "pinned", "async", bar_n, c, cfg.warmup,
+                                cfg.repeats, scratch)
             # Every other GPU's own link, at the same size: a degraded link on GPU3 must show.
             per_gpu = pd.DataFrame([
                 hostdev.measure_one(k, hb, direction, "pinned", "async", bar_n, c,
-                                    int(cfg["warmup"]), int(cfg["repeats"]), scratch)
+                                    cfg.warmup, cfg.repeats, scratch)
                 for k in kits[1:] for direction in ("H2D", "D2H")])
             # Read the links right after the copies: an idle PCIe link trains down to save power.
             links = devices.link_info([k.bus_id for k in kits])

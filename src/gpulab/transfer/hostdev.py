@@ -17,6 +17,7 @@ import pandas as pd
 from gpulab import timing
 from gpulab.transfer import cudart as cr
 from gpulab.transfer.measure import bandwidth_row, bound_by, bytes_moved, copies_for, random_bytes
+from gpulab.transfer.settings import Settings
 
 
 class HostBuffers:
@@ -78,30 +79,30 @@ def measure_one(kit: cr.DeviceKit, hb: HostBuffers, direction: str, memory: str,
                          bound_by=bound_by(n))
 
 
-def sweep(kit: cr.DeviceKit, cfg: dict) -> pd.DataFrame:
-    sizes = [int(s) for s in cfg["host_sizes"]]
-    hb, scratch = HostBuffers(max(sizes), int(cfg["seed"])), cr.PinnedHost(max(sizes))
+def sweep(kit: cr.DeviceKit, cfg: Settings) -> pd.DataFrame:
+    sizes = list(cfg.host_sizes)
+    hb, scratch = HostBuffers(max(sizes), cfg.seed), cr.PinnedHost(max(sizes))
     rows = []
     try:
         for n in sizes:
-            c = copies_for(n, int(cfg["copies"]), int(cfg["sweep_target_bytes"]))
+            c = copies_for(n, cfg.copies, cfg.sweep_target_bytes)
             for direction in ("H2D", "D2H"):
                 for memory in ("pinned", "pageable"):
                     for call in ("async", "blocking"):
-                        rows.append(measure_one(kit, hb, direction, memory, call, n, c, int(cfg["warmup"]),
-                                         int(cfg["repeats"]), scratch))
+                        rows.append(measure_one(kit, hb, direction, memory, call, n, c, cfg.warmup,
+                                         cfg.repeats, scratch))
     finally:
         hb.free()
         scratch.free()
     return pd.DataFrame(rows)
 
 
-def threads(kits: list[cr.DeviceKit], cfg: dict) -> pd.DataFrame:
+def threads(kits: list[cr.DeviceKit], cfg: Settings) -> pd.DataFrame:
     """Pinned H2D to every GPU at once: one host thread issuing for all vs one thread per GPU."""
-    n, copies = int(cfg["host_threads_bytes"]), int(cfg["copies"])
+    n, copies = cfg.host_threads_bytes, cfg.copies
     bufs = [cr.PinnedHost(n) for _ in kits]
     for k, b in enumerate(bufs):
-        b.array[:] = random_bytes(n, int(cfg["seed"]) + 100 + k)
+        b.array[:] = random_bytes(n, cfg.seed + 100 + k)
     r = cr.rt()
 
     def issue(kit, buf, call):
@@ -145,7 +146,7 @@ def threads(kits: list[cr.DeviceKit], cfg: dict) -> pd.DataFrame:
     try:
         for threading_mode, fn in (("one thread for all GPUs", one_thread), ("one thread per GPU", per_gpu)):
             for call in ("async", "blocking"):
-                s = [fn(call) for _ in range(int(cfg["warmup"]) + int(cfg["repeats"]))][int(cfg["warmup"]):]
+                s = [fn(call) for _ in range(cfg.warmup + cfg.repeats)][cfg.warmup:]
                 ok = all(cr.readback_equal(k.dst, b.array, scratch) for k, b in zip(kits, bufs))
                 rows.append(bandwidth_row(s, len(kits) * bytes_moved(n, copies, same_device=False),
                                           threading=threading_mode, call=call, direction="H2D",

@@ -14,6 +14,7 @@ import pandas as pd
 
 from gpulab.transfer import cudart as cr
 from gpulab.transfer.measure import bandwidth_row
+from gpulab.transfer.settings import Settings
 
 ALIGN = 4096
 
@@ -71,9 +72,9 @@ def split_bytes(n: int, r: float) -> int:
     return int(round(n * r / (1 + r) / ALIGN)) * ALIGN
 
 
-def measure(k0, k1, cfg: dict) -> pd.DataFrame:
-    n, w, rep = int(cfg["hybrid_bytes"]), int(cfg["warmup"]), int(cfg["repeats"])
-    h = Hybrid(k0, k1, n, int(cfg["hybrid_chunk_bytes"]))
+def measure(k0, k1, cfg: Settings) -> pd.DataFrame:
+    n, w, rep = cfg.hybrid_bytes, cfg.warmup, cfg.repeats
+    h = Hybrid(k0, k1, n, cfg.hybrid_chunk_bytes)
     try:
         p2p = h.run("p2p only", n, w, rep, float("nan"))
         host = h.run("host only", 0, w, rep, float("nan"))

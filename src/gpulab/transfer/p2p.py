@@ -22,13 +22,14 @@ import pandas as pd
 from gpulab.transfer import cudart as cr
 from gpulab.transfer.measure import (MAX_QUEUED, bandwidth_row, bytes_moved, copies_for,
                                      latency_row)
+from gpulab.transfer.settings import Settings
 
 
 SPIN_RETRIES = 2
 
 
 class P2PBench:
-    def __init__(self, kits: list[cr.DeviceKit], cfg: dict, p2p: str):
+    def __init__(self, kits: list[cr.DeviceKit], cfg: Settings, p2p: str):
         self.kits, self.cfg, self.p2p = kits, cfg, p2p
         self.flag = cr.Flag()
         self.scratch = cr.PinnedHost(kits[0].nbytes)
@@ -75,7 +76,7 @@ class P2PBench:
         A sample whose spin kernel timed out timed the host's queueing, not the copies: it is
         taken again (up to SPIN_RETRIES times); one still invalid after that is dropped and counted.
         """
-        n_warm, n_rep = int(self.cfg["warmup"]), int(self.cfg["repeats"])
+        n_warm, n_rep = self.cfg.warmup, self.cfg.repeats
         for _ in range(n_warm):
             self._sample(i, issue, others)
         gpu, cpu, invalid = [], [], 0
@@ -146,7 +147,7 @@ class P2PBench:
                              **self._hygiene(i, j, n), **keys)
 
     def latency(self, mech, i, j, **keys) -> list[dict]:
-        n, copies = int(self.cfg["latency_bytes"]), queued(int(self.cfg["latency_copies"]))
+        n, copies = self.cfg.latency_bytes, queued(self.cfg.latency_copies)
         gpu, cpu, ok = self._one_way(mech, i, j, n, copies)
         common = dict(test="latency", mechanism=mech, p2p=self.p2p, src=i, dst=j, bytes=n,
                       verified=ok, spin_timeouts=self.spin_timeouts, **keys)
@@ -185,7 +186,7 @@ def _mechanisms(i: int, j: int, peer_on: bool) -> list[str]:
 def measure_all(bench: P2PBench, can: list[list[bool]]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """All matrix cells and the size sweep (pairs 0->0 and 0->1) for this phase's P2P mode."""
     cfg, n_dev = bench.cfg, len(bench.kits)
-    nbytes, copies = int(cfg["matrix_bytes"]), int(cfg["copies"])
+    nbytes, copies = cfg.matrix_bytes, cfg.copies
     rows, sweep = [], []
     sweep_pairs = {(0, 0), (0, 1)}
     for i in range(n_dev):
@@ -201,8 +202,8 @@ def measure_all(bench: P2PBench, can: list[list[bool]]) -> tuple[pd.DataFrame, p
                 rows.append(bench.bi(mech, i, j, nbytes, copies, **keys))
                 rows.extend(bench.latency(mech, i, j, **keys))
                 if (i, j) in sweep_pairs:
-                    for size in cfg["p2p_sizes"]:
-                        c = copies_for(size, copies, int(cfg["sweep_target_bytes"]))
+                    for size in cfg.p2p_sizes:
+                        c = copies_for(size, copies, cfg.sweep_target_bytes)
                         sweep.append(bench.uni(mech, i, j, int(size), c, **keys))
             if peer_on:  # the sample disables each pair again after measuring it
                 cr.set_peer_access(i, j, False)
