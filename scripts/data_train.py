@@ -7,7 +7,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from gpulab.config import validate_section
 from gpulab.data.errors import DataError
+from gpulab.data.settings import Settings
 from gpulab.data.train_sets import build
 from gpulab.stage import load_payload, setup_logging
 
@@ -24,8 +26,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     setup_logging()
     try:
-        build(load_payload(args.config_json, args.payload).get("stage", {}), args.digits,
-              args.tabular, args.cache_dir)
+        # The payload holds only the keys that shape the training sets (seed, train), so that
+        # resizing the benchmark does not rebuild them: the schema fills in the rest.
+        section = validate_section("data", load_payload(args.config_json, args.payload)["stage"])
+        build(Settings.from_section(section), args.digits, args.tabular, args.cache_dir)
     except (DataError, ValueError) as exc:
         print(f"data_train: {exc}", file=sys.stderr)
         return 1

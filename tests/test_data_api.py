@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
+from conftest import stage_settings
 from gpulab import launch
 from gpulab.data import api, datasets
 from gpulab.data.errors import DataError
@@ -141,7 +142,8 @@ def test_open_names_missing_file_and_key(tmp_path):
 def test_training_sets_have_the_agreed_layout(tmp_path):
     from gpulab.data import train_sets
 
-    cfg = {"seed": 1, "train": {"tabular_rows": 300, "tabular_features": 7, "tabular_classes": 3}}
+    cfg = stage_settings("data", seed=1,
+                         train={"tabular_rows": 300, "tabular_features": 7, "tabular_classes": 3})
     train_sets.build(cfg, tmp_path / "digits.h5", tmp_path / "tabular.h5")
     d = api.H5Dataset(tmp_path / "digits.h5")
     assert len(d) == 1797 and d.sample_shape == (1, 8, 8) and d.num_classes == 10

@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 
+from conftest import stage_settings
 from gpulab.data import bench, cache, datasets, train_sets
 
 
@@ -39,9 +40,9 @@ def test_a_damaged_entry_is_generated_again(tmp_path):
 
 
 def test_benchmark_cases_and_training_sets_share_the_cache(tmp_path, monkeypatch):
-    cfg = {"seed": 3, "tabular_rows": [40], "tabular_features": 5, "image_rows": [6],
-           "image_shape": [1, 4, 4], "classes": 3, "digits": True,
-           "train": {"tabular_rows": 40, "tabular_features": 5, "tabular_classes": 3}}
+    cfg = stage_settings("data", seed=3, tabular_rows=[40], tabular_features=5, image_rows=[6],
+                         image_shape=[1, 4, 4], classes=3, digits=True,
+                         train={"tabular_rows": 40, "tabular_features": 5, "tabular_classes": 3})
     first = bench.cases(cfg, tmp_path / "cache")
     assert [c.cached for c in first] == [False, False, False]
     for name in ("digits", "tabular", "images"):

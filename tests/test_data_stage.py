@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import stage_settings
 from gpulab import outcomes, results, stages
 from gpulab.data.stage import main
 from gpulab.report.html import Figures
@@ -141,7 +142,7 @@ def test_a_loader_returning_other_data_fails_its_round_trip_check(tmp_path):
     from gpulab.data import bench, datasets, formats
 
     case = bench.Case("tabular", datasets.tabular(40, 3, 2, seed=1))
-    cfg = {"batch_rows": 16, "repeats": 1, "warmup": 0}
+    cfg = stage_settings("data", batch_rows=16, repeats=1, warmup=0)
     path, _ = bench.write_case(case, "csv", tmp_path, cfg)
     row, ok = bench.load_case(case, case.data.name, "tabular", path, "csv", "pandas",
                               formats.Schema.of(case.data), cfg)

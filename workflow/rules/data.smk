@@ -38,7 +38,8 @@ rule data_train:
 # before any benchmark starts.
 try:
     from gpulab.data.loaders import external_inputs
+    from gpulab.data.settings import Settings as DataSettings
 
-    external_inputs(config["data"])
+    external_inputs(DataSettings.from_section(config["data"]))
 except ValueError as exc:
     raise WorkflowError(f"config data.inputs: {exc}") from None

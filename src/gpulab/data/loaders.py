@@ -28,6 +28,8 @@ from gpulab.data.formats import Schema
 if TYPE_CHECKING:
     import torch
 
+    from gpulab.data.settings import Settings
+
 # torch is imported where tensors are made: the Snakefile imports this module at parse time (to
 # check the user's input files), and every Snakemake start would pay ~2 s for torch.
 Batch = tuple["torch.Tensor", "torch.Tensor"]
@@ -405,11 +407,11 @@ def _first_jsonl(path: Path) -> list:
     return []
 
 
-def external_inputs(cfg) -> list[tuple[Path, str, Schema]]:
+def external_inputs(cfg: Settings) -> list[tuple[Path, str, Schema]]:
     """Files named in config ``inputs``: validated up front, so a bad one fails before any work."""
     out = []
-    for item in cfg.get("inputs", []):
-        path = Path(item["path"])
-        fmt = item.get("format") or format_of(path)
-        out.append((path, fmt, infer_schema(path, fmt, item.get("label", "label"))))
+    for item in cfg.inputs:
+        path = Path(item.path)
+        fmt = item.format or format_of(path)
+        out.append((path, fmt, infer_schema(path, fmt, item.label)))
     return out

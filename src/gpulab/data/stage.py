@@ -54,7 +54,7 @@ def staging(final: Path):
 
 
 def run(ctx: StageContext) -> results.Result:
-    cfg = ctx.config
+    cfg = ctx.settings
     inputs = loaders.external_inputs(cfg)
     todo = bench.cases(cfg, cache_dir(ctx))
     loads, writes, checks = [], [], []
@@ -82,7 +82,7 @@ def run(ctx: StageContext) -> results.Result:
                 f"{c.case}: {c.note}" for c in bad))
 
     r = ctx.new_result("cpu", conventions=CONVENTIONS, files_dir=str(files_dir(ctx)),
-                       batch_rows=int(cfg.get("batch_rows", 256)))
+                       batch_rows=cfg.batch_rows)
     loads_df, writes_df = pd.DataFrame(loads), pd.DataFrame(writes)
     r.add_table("loads", loads_df, units=outcomes.units_for(loads_df, bench.LOAD_UNITS))
     r.add_table("writes", writes_df, units=outcomes.units_for(writes_df, bench.WRITE_UNITS))
