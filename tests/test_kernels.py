@@ -8,10 +8,11 @@ import pandas as pd
 import pytest
 import torch
 
+from conftest import stage_settings
 from gpulab import config as cfgmod
 from gpulab import outcomes, results, stages
 from gpulab.devices import cpu_devices
-from gpulab.kernels import divide, jobs, settings, split
+from gpulab.kernels import divide, jobs, split
 from gpulab.kernels.streams import CpuStream
 
 
@@ -112,8 +113,8 @@ def test_cpu_stream_runs_in_order_and_waits_on_other_streams():
     b.close()
 
 
-SMALL = {"divisor": 5, "block": 256, "kernel": "vec16", "warmup": 1, "repeats": 2,
-         "bytes": 1 << 16, "chunks": 4, "streams": 2, "pinned": [True, False]}
+SMALL = stage_settings("kernels", divisor=5, block=256, kernel="vec16", warmup=1, repeats=2,
+                       split={"bytes": 1 << 16, "chunks": 4, "streams": 2, "pinned": [True, False]})
 
 
 def test_split_over_cpu_devices_is_verified_and_timed_per_phase():
@@ -166,13 +167,13 @@ def test_job_checks():
 
 
 def test_settings_fill_defaults_and_name_bad_keys():
-    cfg = settings({"jobs": {"count": 2}})
-    assert cfg["divisor"] == 3 and cfg["split"]["chunks"] == 4 and cfg["jobs"]["seconds"] == 1.0
-    assert cfg["jobs"]["count"] == 2 and cfg["variants"]
+    cfg = stage_settings("kernels", jobs={"count": 2})
+    assert cfg.divisor == 3 and cfg.split.chunks == 4 and cfg.jobs.seconds == 1.0
+    assert cfg.jobs.count == 2 and cfg.variants
     with pytest.raises(cfgmod.ConfigError, match="divisor"):
-        settings({"divisor": 0})
+        stage_settings("kernels", divisor=0)
     with pytest.raises(cfgmod.ConfigError, match="block"):
-        settings({"block": 100})
+        stage_settings("kernels", block=100)
 
 
 def _stage(tmp_path, variant, cfg, extra=()):

@@ -9,29 +9,16 @@ Variants of the stage script (``--variant``):
 """
 from __future__ import annotations
 
-import copy
 import logging
 import re
 from pathlib import Path
 
 import pandas as pd
 
-from gpulab import config as cfgmod
 from gpulab import outcomes, results
 from gpulab.kernels import bars, bench, divide, jobs, split
 
 log = logging.getLogger("gpulab.kernels")
-
-SCHEMA = "kernels"  # its packaged schema, gpulab/kernels/schema.yaml
-
-
-def settings(section: dict) -> dict:
-    """The stage's config section validated, with the schema's defaults filled in."""
-    cfg = copy.deepcopy(section or {})
-    cfgmod.validate(cfg, SCHEMA)
-    divide.check_divisor(cfg.divisor)
-    return cfg
-
 
 def extra_args(ap) -> None:
     ap.add_argument("--jobs", nargs="*", type=Path, default=[],
@@ -39,7 +26,6 @@ def extra_args(ap) -> None:
 
 
 def run(ctx) -> results.Result:
-    ctx.config = settings(ctx.config)
     if ctx.variant == "main":
         return run_main(ctx)
     m = re.fullmatch(r"job(\d+)", ctx.variant)
@@ -50,20 +36,15 @@ def run(ctx) -> results.Result:
     raise ValueError(f"kernels: unknown variant {ctx.variant!r} (main, job<N> or jobs)")
 
 
-def split_settings(cfg: dict) -> dict:
-    return {**cfg.split, **{k: cfg[k] for k in ("divisor", "block", "kernel", "warmup",
-                                                   "repeats")}}
-
-
 def run_main(ctx) -> results.Result:
-    cfg = ctx.config
+    cfg = ctx.settings
     devices = ctx.devices()
     kind = devices[0].kind
     divide.one_thread_per_cpu_device(kind)
     ran, not_applicable = divide.variants_for(kind, cfg.variants)
     log.info("kernels: %d %s device(s) (%s); variants %s", len(devices), kind, devices[0].name, ran)
     div_df = bench.run_divide(devices[0], cfg)
-    split_df, phases_df = split.run_split(devices, split_settings(cfg))
+    split_df, phases_df = split.run_split(devices, cfg)
     r = ctx.new_result(kind, devices=[d.as_dict() for d in devices], device_name=devices[0].name,
                        n_devices=len(devices), variants_not_applicable=not_applicable,
                        split_kernel=divide.kernel_for(kind, cfg.kernel),

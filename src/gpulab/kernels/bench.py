@@ -14,6 +14,7 @@ import pandas as pd
 from gpulab import timing
 from gpulab.devices import Device
 from gpulab.kernels import divide
+from gpulab.kernels.settings import Settings
 
 log = logging.getLogger("gpulab.kernels")
 
@@ -54,11 +55,11 @@ def _row(variant, size, width, st: timing.Stats, inner, verified, copy_gbps=None
             "calls_per_sample": inner, "verified": bool(verified)}
 
 
-def run_divide(device: Device, cfg: dict) -> pd.DataFrame:
+def run_divide(device: Device, cfg: Settings) -> pd.DataFrame:
     """One row per (variant, size), plus the ``copy`` rows: the same-size torch copy."""
     import torch
 
-    div = divide.check_divisor(cfg.divisor)
+    div = cfg.divisor
     runnable, _ = divide.variants_for(device.kind, cfg.variants)
     rows = []
     l2 = l2_bytes(device)

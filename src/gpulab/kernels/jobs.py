@@ -18,6 +18,7 @@ import pandas as pd
 from gpulab import outcomes, results, slots, timing
 from gpulab.kernels import divide
 from gpulab.kernels.bars import job_checks
+from gpulab.kernels.settings import Settings
 from gpulab.outcomes import Check
 
 # Columns the shared units table (gpulab.outcomes.UNITS) does not name, or names differently here.
@@ -39,7 +40,7 @@ class _Job:
     where CuPy does the work (a RawKernel on a CUDA host), numpy on CPU. torch is imported only for
     the ``torch`` kernel: its import alone was most of a 0.5 s job's start-up (issue 28)."""
 
-    def __init__(self, ctx, cfg: dict, n: int, seed: int):
+    def __init__(self, ctx, cfg: Settings, n: int, seed: int):
         dev = ctx.devices_config
         self.device = _cupy_device(dev.get("backend", "auto"))
         if self.device is None:
@@ -152,10 +153,11 @@ def _cupy_timer(dev: int):
 
 def run_job(ctx, index: int) -> results.Result:
     """One independent job: the kernel on this job's single device for ``jobs.seconds``."""
-    cfg, jc = ctx.config, ctx.config["jobs"]
+    cfg = ctx.settings
+    jc = cfg.jobs
     launch = _process_start()
     start = time.time()
-    n = int(jc["bytes"])
+    n = jc.bytes
     job = _Job(ctx, cfg, n, seed=1000 + index)
     device, variant = job.device, job.variant
     samples: list[float] = []
@@ -163,7 +165,7 @@ def run_job(ctx, index: int) -> results.Result:
     # Start-up: interpreter start to the first timed call (imports, device, buffers, compile).
     startup = t_kernel - launch
     # Keep the device busy long enough that overlapping jobs are visible in their intervals.
-    while not samples or time.time() - t_kernel < float(jc["seconds"]):
+    while not samples or time.time() - t_kernel < jc.seconds:
         samples += job.measure(warmup=1, repeats=cfg.repeats)
     verified = job.verified()
     end = time.time()

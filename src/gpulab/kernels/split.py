@@ -28,6 +28,7 @@ import pandas as pd
 from gpulab import timing
 from gpulab.devices import Device
 from gpulab.kernels import divide
+from gpulab.kernels.settings import Settings
 from gpulab.kernels.streams import new_stream
 
 log = logging.getLogger("gpulab.kernels")
@@ -62,11 +63,11 @@ def chunk_ranges(n: int, parts: int, align: int = ALIGN) -> list[tuple[int, int]
     return ranges
 
 
-def modes(n_devices: int, kind: str, cfg: dict) -> list[Mode]:
+def modes(n_devices: int, kind: str, cfg: Settings) -> list[Mode]:
     counts = sorted({1, n_devices})
-    chunks = sorted({1, cfg.chunks})
+    chunks = sorted({1, cfg.split.chunks})
     # Pinned memory is a CUDA notion: on CPU virtual devices host memory is device memory.
-    pinned = [bool(p) for p in cfg.pinned] if kind == "cuda" else [False]
+    pinned = list(cfg.split.pinned) if kind == "cuda" else [False]
     return [Mode(d, t, c, p) for d, t, c, p in
             product(counts, ("single", "per_device"), chunks, pinned)]
 
@@ -74,7 +75,7 @@ def modes(n_devices: int, kind: str, cfg: dict) -> list[Mode]:
 class DeviceWork:
     """Buffers, streams and the enqueued program of one device's chunk."""
 
-    def __init__(self, device: Device, h_in, h_out, lo: int, hi: int, mode: Mode, cfg: dict):
+    def __init__(self, device: Device, h_in, h_out, lo: int, hi: int, mode: Mode, cfg: Settings):
         import torch
 
         self.device = device
@@ -82,7 +83,7 @@ class DeviceWork:
         self.d_in = torch.empty(n, dtype=torch.uint8, device=device.torch_device)
         self.d_out = torch.empty_like(self.d_in)
         self.sub = chunk_ranges(n, mode.chunks)
-        nstreams = 1 if mode.chunks == 1 else max(2, min(mode.chunks, cfg.streams))
+        nstreams = 1 if mode.chunks == 1 else max(2, min(mode.chunks, cfg.split.streams))
         self.streams = [new_stream(device) for _ in range(nstreams)]
         variant = divide.kernel_for(device.kind, cfg.kernel)
         self.steps = []
@@ -142,7 +143,7 @@ def _host_buffers(img: np.ndarray, pinned: bool):
     return (h_in.pin_memory() if pinned else h_in), h_out
 
 
-def run_mode(devices: list[Device], buffers, ref: np.ndarray, mode: Mode, cfg: dict):
+def run_mode(devices: list[Device], buffers, ref: np.ndarray, mode: Mode, cfg: Settings):
     """(phase rows, wall-clock Stats, verified) of one mode; ``buffers``: (host in, host out)."""
     import torch
 
@@ -186,9 +187,9 @@ def run_mode(devices: list[Device], buffers, ref: np.ndarray, mode: Mode, cfg: d
     return rows, timing.summarize(walls), verified
 
 
-def run_split(devices: list[Device], cfg: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
+def run_split(devices: list[Device], cfg: Settings) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Tables ``split`` (one row per mode) and ``split_phases`` (per mode, device and phase)."""
-    n = cfg.bytes
+    n = cfg.split.bytes
     img = divide.make_image(n, seed=7)
     ref = divide.reference(img, cfg.divisor)
     summary, phase_rows = [], []
