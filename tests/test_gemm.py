@@ -101,8 +101,8 @@ def test_schema_fills_defaults_and_names_bad_keys():
         config.validate({"dtypes": ["fp64"]}, GEMM_SCHEMA)
     with pytest.raises(config.ConfigError, match=r"key 'sizes\[0\]'"):
         config.validate({"sizes": [[64, 64]]}, GEMM_SCHEMA)
-    with pytest.raises(ValueError, match=r"gemm.sizes\[0\]"):
-        runner.check_config({"sizes": [[8, 0, 8]], "algorithms": ["summa"], "ranks": [1]})
+    with pytest.raises(config.ConfigError, match=r"key 'sizes\[0\]\[1\]'.*minimum"):
+        config.validate({"sizes": [[8, 0, 8]]}, GEMM_SCHEMA)
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ import torch
 
 from gpulab import launch, outcomes, plausible
 from gpulab.gemm import energy, numerics, scaling, single
+from gpulab.gemm.settings import Settings
 from gpulab.outcomes import Check, NotApplicable
 from gpulab.stage import StageContext
 
@@ -25,22 +26,9 @@ EXTRA_UNITS = {"M": "elements", "N": "elements", "K": "elements", "P": "devices"
                "bound": "1", "efficiency_vs_p1": "1"}
 
 
-def check_config(cfg: dict) -> None:
-    """Errors that the schema cannot express, named by key."""
-    for i, size in enumerate(cfg.sizes):
-        if len(size) != 3 or any(int(v) < 1 for v in size):
-            raise ValueError(f"gemm.sizes[{i}] must be [M, N, K] with positive integers, got {size}")
-    unknown = set(cfg.algorithms) - {"row1d", "summa", "summa_overlap"}
-    if unknown:
-        raise ValueError(f"gemm.algorithms: unknown {sorted(unknown)}")
-    for p in cfg.ranks:
-        if int(p) < 1:
-            raise ValueError(f"gemm.ranks must be positive, got {p}")
-
-
-def supported(cfg: dict, device: torch.device) -> tuple[list[numerics.Precision], list[NotApplicable]]:
+def supported(dtypes, device: torch.device) -> tuple[list[numerics.Precision], list[NotApplicable]]:
     precs, skipped = [], []
-    for name in cfg.dtypes:
+    for name in dtypes:
         prec = numerics.precision(name)
         why = numerics.unsupported_reason(prec, device)
         if why:
@@ -50,22 +38,20 @@ def supported(cfg: dict, device: torch.device) -> tuple[list[numerics.Precision]
     return precs, skipped
 
 
-def _per_device(cfg: dict, devices, kind: str, dev0, skipped: list) -> list[dict]:
+def _per_device(cfg: Settings, devices, kind: str, dev0, skipped: list) -> list[dict]:
     """The health figure (gemm.per_device, gpulab.gemm.perdevice): every GPU at steady clocks; on
     CPU the CPU once. Off (no rows) while per_device.size is 0."""
     from gpulab.gemm import perdevice
 
-    pc = cfg.get("per_device") or {}
-    size = int(pc.get("size", 0) if kind == "cuda" else pc.get("cpu_size", 0))
+    pc, gpu = cfg.per_device, kind == "cuda"
+    size = pc.size if gpu else pc.cpu_size
     if size <= 0:
         return []
-    dtypes = pc.get("dtypes", ["bf16"]) if kind == "cuda" else pc.get("cpu_dtypes", ["fp32"])
-    precs, why = supported({"dtypes": dtypes}, dev0)
+    precs, why = supported(pc.dtypes if gpu else pc.cpu_dtypes, dev0)
     skipped += [NotApplicable(f"per-device GEMM {n.what}", n.reason) for n in why]
-    devs = [d.torch_device for d in devices] if kind == "cuda" else [dev0]
-    gpu = kind == "cuda"
-    seconds = float(pc.get("seconds", 1.0) if gpu else pc.get("cpu_seconds", 0.2))
-    warm = float(pc.get("warmup_max_s", 10.0) if gpu else pc.get("cpu_warmup_max_s", 2.0))
+    devs = [d.torch_device for d in devices] if gpu else [dev0]
+    seconds = pc.seconds if gpu else pc.cpu_seconds
+    warm = pc.warmup_max_s if gpu else pc.cpu_warmup_max_s
     return perdevice.measure(devs, size, precs, seconds, cfg.repeats, warm, cfg.seed)
 
 
@@ -75,7 +61,7 @@ def _free(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-def run_multi(cfg: dict, precs, kind: str, nproc: int, threads: int | None, transport: str,
+def run_multi(cfg: Settings, precs, kind: str, nproc: int, threads: int | None, transport: str,
               ranks: list[int], env: dict | None = None,
               node: launch.NodeSpec = launch.NodeSpec(), multicast: bool = False,
               result=None) -> list[dict]:
@@ -98,16 +84,15 @@ def run_multi(cfg: dict, precs, kind: str, nproc: int, threads: int | None, tran
 
 
 def run(ctx: StageContext):
-    cfg = ctx.config
-    check_config(cfg)
+    cfg = ctx.settings
     devices = ctx.devices()
     kind, dev0, n_dev = devices[0].kind, devices[0].torch_device, len(devices)
     node = launch.NodeSpec.from_config(ctx.devices_config["nodes"])
     multicast = launch.multicast_allowed(ctx.devices_config)
     # A CPU virtual device is its share of the cores; the baseline gets the same share.
     threads = max(1, (os.cpu_count() or 1) // n_dev) if kind == "cpu" else None
-    precs, skipped = supported(cfg, dev0)
-    ranks = sorted({int(p) for p in cfg.ranks})
+    precs, skipped = supported(cfg.dtypes, dev0)
+    ranks = sorted(set(cfg.ranks))
     nproc = min(n_dev, max(ranks, default=1))  # ranks on this node; every node runs as many
     world = nproc * node.nnodes
     result = ctx.new_result(kind, device_name=devices[0].name, n_devices=n_dev,
