@@ -4,8 +4,8 @@ import json
 
 import pytest
 
+from conftest import stage_context
 from gpulab import results
-from gpulab.stage import StageContext
 
 
 def _ctx(tmp_path, variant):
@@ -14,8 +14,8 @@ def _ctx(tmp_path, variant):
     # ring chunks, and 1000-byte slices make every pipeline several slices deep.
     cfg = {"sizes_bytes": [4, 40004], "repeats": 2, "iters": 1, "warmup": 0, "slice_bytes": 1000,
            "variants": ["default", "ring", "tree", "no_p2p"]}
-    return StageContext("collectives", variant, cfg, {"backend": "cpu", "cpu_devices": 4},
-                        tmp_path / f"{variant}.h5")
+    return stage_context("collectives", variant, cfg, {"backend": "cpu", "cpu_devices": 4},
+                         tmp_path / f"{variant}.h5")
 
 
 def test_stage_result_default_variant(tmp_path):
@@ -88,14 +88,16 @@ def test_stage_nccl_variant_is_not_applicable_on_cpu(tmp_path):
 
 def test_stage_rejects_bad_config(tmp_path):
     from gpulab.collectives import run
-    from gpulab.config import ConfigError
+    from gpulab.stage import stage_main
 
-    ctx = _ctx(tmp_path, "default")
-    ctx.config["ops"] = ["all_reduce", "gather"]
-    with pytest.raises(ConfigError, match="ops"):
-        run(ctx)
+    # The section is validated before the stage runs (by the workflow, or here for a script run by
+    # hand), so run() never sees an unknown op.
+    payload = json.dumps({"stage": {"ops": ["all_reduce", "gather"]}})
+    with pytest.raises(SystemExit, match=r"(?s)collectives.*'collectives\.ops\[1\]'.*gather"):
+        stage_main("collectives", run, argv=["--config-json", payload, "--out", str(tmp_path / "x.h5")])
+    ctx = _ctx(tmp_path, "rings")
     with pytest.raises(ValueError, match="unknown collectives variant 'rings'"):
-        run(_ctx(tmp_path, "rings"))
+        run(ctx)
     json.dumps(ctx.config)  # the context stays plain data
 
 
@@ -133,8 +135,8 @@ def test_library_only_config_still_has_bars(tmp_path):
 
     cfg = {"sizes_bytes": [4096], "repeats": 2, "iters": 1, "warmup": 0, "algorithms": [],
            "ops": ["all_reduce"], "variants": ["default"]}
-    ctx = StageContext("collectives", "default", cfg, {"backend": "cpu", "cpu_devices": 2},
-                       tmp_path / "health.h5")
+    ctx = stage_context("collectives", "default", cfg, {"backend": "cpu", "cpu_devices": 2},
+                        tmp_path / "health.h5")
     path = results.write(run(ctx), ctx.out)
     assert "allreduce_algorithms" not in results.list_contents(path)["tables"]
     bars = results.read_table(path, "bars")

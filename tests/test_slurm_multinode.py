@@ -17,9 +17,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import copy_workflow
+from conftest import copy_workflow, stage_context
 from gpulab import results
-from gpulab.stage import StageContext
 from slurm.cluster import TwoNodeCluster, namespaces_allowed
 
 pytestmark = pytest.mark.e2e
@@ -88,7 +87,7 @@ def one_node(stage: str, variant: str, cfg: dict, out: Path, extra: dict | None 
     import importlib
 
     run = importlib.import_module(f"gpulab.{stage}").run
-    ctx = StageContext(stage, variant, dict(cfg), dict(ONE_NODE), out, extra or {})
+    ctx = stage_context(stage, variant, cfg, ONE_NODE, out, extra)
     return results.write(run(ctx), out)
 
 

@@ -14,20 +14,14 @@ import subprocess
 
 import pandas as pd
 
-from gpulab import config, launch, outcomes
+from gpulab import launch, outcomes
 from gpulab.collectives import assemble, formulas, library, nccltests
 from gpulab.collectives import variants as variantmod
+from gpulab.collectives.settings import Settings
 from gpulab.outcomes import Check, NotApplicable
 
 log = logging.getLogger("gpulab.collectives")
 WORKER = "gpulab.collectives.worker"
-SCHEMA = "collectives"  # its packaged schema, gpulab/collectives/schema.yaml
-
-
-def stage_config(section: dict) -> dict:
-    """The stage's config section validated, with the schema's defaults filled in (a script run by
-    hand with a partial --config-json gets the same values as Snakemake's)."""
-    return config.validate(dict(section), SCHEMA)
 
 
 def not_measured(variant: variantmod.Variant, ops: list[str], applicable: bool) -> list[NotApplicable]:
@@ -66,12 +60,12 @@ def variant_table(configured: list[str], current: str, kind: str) -> pd.DataFram
     return pd.DataFrame(rows)
 
 
-def payload_for(cfg: dict, variant: variantmod.Variant, backend: str) -> dict:
+def payload_for(cfg: Settings, variant: variantmod.Variant, backend: str) -> dict:
     return {
         "backend": backend,
         "ops": [op for op in cfg.ops if op in variant.ops],
         "modes": list(library.MODES),
-        "sizes_bytes": [int(s) for s in cfg.sizes_bytes],
+        "sizes_bytes": list(cfg.sizes_bytes),
         "algorithms": list(cfg.algorithms) if variant.handwritten else [],
         "warmup": cfg.warmup, "repeats": cfg.repeats, "iters": cfg.iters,
         "seed": cfg.seed, "slice_bytes": cfg.slice_bytes,
@@ -79,7 +73,7 @@ def payload_for(cfg: dict, variant: variantmod.Variant, backend: str) -> dict:
     }
 
 
-def nccl_reference(cfg: dict, kind: str, n: int, size: int, node: launch.NodeSpec,
+def nccl_reference(cfg: Settings, kind: str, n: int, size: int, node: launch.NodeSpec,
                    multicast: bool = False) -> tuple[float | None, str, dict]:
     """busbw of nccl-tests' in-place all-reduce at ``size`` (median over as many cycles as gpulab
     has repetitions, as many calls per cycle as gpulab's iters) when it can and should be run."""
@@ -87,7 +81,7 @@ def nccl_reference(cfg: dict, kind: str, n: int, size: int, node: launch.NodeSpe
         return None, "", {}
     if node.nnodes > 1:
         return None, "nccl-tests reference not run: multi-node jobs need its MPI build", {}
-    exe = nccltests.find(cfg.get("nccl_tests_bin"))
+    exe = nccltests.find(cfg.nccl_tests_bin)
     if exe is None:
         return None, "nccl-tests all_reduce_perf not available (not on PATH)", {}
     rows = nccltests.run(exe, n, size, warmup=cfg.warmup, iters=cfg.iters,
@@ -111,7 +105,7 @@ def _link_limit(ranks: list[dict], device_name: str, node: launch.NodeSpec):
 
 
 def run(ctx) -> "results.Result":  # noqa: F821 - gpulab.results.Result
-    cfg = stage_config(ctx.config)
+    cfg = ctx.settings
     variant = variantmod.get(ctx.variant)
     devices = ctx.devices()
     kind, n = devices[0].kind, len(devices)
