@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import stage_context, stage_settings
 from gpulab import config as cfgmod
 from gpulab import launch, outcomes, results
-from gpulab.stage import StageContext
 from gpulab.train import data, loop, models, run, tables
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,8 +49,8 @@ def digits(tmp_path_factory) -> Path:
 
 
 def _run(variant, out_dir, digits, cfg=TINY, cpu_devices=2) -> Path:
-    ctx = StageContext("train", variant, dict(cfg), {"backend": "cpu", "cpu_devices": cpu_devices},
-                       out_dir / f"{variant}.h5", {"data": str(digits)})
+    ctx = stage_context("train", variant, cfg, {"backend": "cpu", "cpu_devices": cpu_devices},
+                        out_dir / f"{variant}.h5", {"data": str(digits)})
     return results.write(run(ctx), ctx.out)
 
 
@@ -88,7 +88,7 @@ def test_single_variant_trains_and_records_every_strategy(stage):
 
 
 def test_freezing_stops_updates_of_the_feature_layers(digits):
-    cfg = cfgmod.validate(dict(TINY), "train")
+    cfg = stage_settings("train", **TINY)
     ds = data.open_digits(digits)
     dev = [torch.device("cpu")]
     from gpulab.train import single
@@ -236,7 +236,7 @@ def test_bad_inputs_fail_clearly(tmp_path, digits):
     with pytest.raises(Exception, match="does not exist"):
         _run("single", tmp_path, tmp_path / "missing.h5")
     with pytest.raises(ValueError, match="must be a multiple of gpt.n_heads"):
-        models.GPTConfig(d_model=10, n_heads=4)
+        models.GPTConfig(vocab=16, seq_len=8, d_model=10, n_heads=4, n_layers=2)
 
 
 def test_script_help():
@@ -319,7 +319,7 @@ def test_tensor_parallel_on_three_devices_uses_the_largest_divisor_of_the_heads(
 def test_every_device_count_gets_the_largest_valid_degree_and_says_why_it_is_less(n, tensor, pipeline):
     from gpulab.train import parallel_degree
 
-    gpt = {"gpt": {"n_layers": 2, "n_heads": 4}}  # 4 heads; embedding + 2 blocks + head = 4 stages
+    gpt = stage_settings("train", gpt={"n_layers": 2, "n_heads": 4})  # embedding + 2 blocks + head
     for variant, want in (("tensor", tensor), ("pipeline", pipeline)):
         got, why = parallel_degree(variant, gpt, n)
         assert got == want, (variant, n, got)
@@ -329,11 +329,13 @@ def test_every_device_count_gets_the_largest_valid_degree_and_says_why_it_is_les
 
 def test_config_that_can_never_work_is_rejected_before_running():
     from gpulab import config as cfgmod
-    from gpulab.train import load_config, parallel_degree
+    from gpulab.train import check_config, parallel_degree
 
     with pytest.raises(cfgmod.ConfigError, match="d_model=30 is not a multiple of train.gpt.n_heads=4"):
-        load_config({"gpt": {"d_model": 30, "n_heads": 4}})
-    assert parallel_degree("pipeline", {"gpt": {"n_layers": 2, "n_heads": 4}}, 6)[0] == 4
+        check_config(cfgmod.validate_section("train", {"gpt": {"d_model": 30, "n_heads": 4}}))
+    with pytest.raises(cfgmod.ConfigError, match="pipeline_batch=6 is not divisible by train.microbatches"):
+        check_config(cfgmod.validate_section("train", {"pipeline_batch": 6, "microbatches": [4]}))
+    assert parallel_degree("pipeline", stage_settings("train", gpt={"n_layers": 2}), 6)[0] == 4
 
 
 def test_ddp_bars_judge_a_fixed_model_and_batch_not_the_best():

@@ -130,9 +130,14 @@ def context_from_args(stage: str, args) -> StageContext:
     # same work for the same answer. A script run by hand has no such promise and validates its
     # section here, so both get the same defaults and the same named errors.
     if not payload.get("validated"):
+        from gpulab import stages
+
         try:
             cfgmod.validate_section(stage, payload.setdefault("stage", {}))
             payload["devices"] = cfgmod.validate_devices(payload.get("devices", {}))
+            spec = stages.STAGES.get(stage)
+            if spec and spec.config_check:  # what the schema cannot state, as at parse time
+                stages.hook(spec.config_check)(payload["stage"])
         except cfgmod.ConfigError as exc:
             raise SystemExit(f"scripts/{stage}.py: {exc}")
     extra = {k: v for k, v in vars(args).items()

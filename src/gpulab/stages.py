@@ -172,7 +172,7 @@ STAGES: dict[str, StageSpec] = {s.name: s for s in [
     StageSpec("train", "Parallel training", multiprocess=True, devices_keys=MULTI_PROCESS_KEYS,
               tables=("throughput", "ddp", "bars", "checks", "not_applicable"),
               variants=_train_variants, section="gpulab.train.section", timing_sensitive=True,
-              config_check="gpulab.train:load_config",
+              config_check="gpulab.train:check_config",
               inputs={"digits": "data/{host}/train/digits.h5"}, args="--data {input.digits}"),
 ]}
 

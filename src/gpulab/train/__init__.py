@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Mapping
 
 import pandas as pd
 
@@ -16,31 +17,28 @@ from gpulab import launch, outcomes, phases
 from gpulab.outcomes import Bar, Check
 from gpulab.stage import StageContext
 from gpulab.train import tables
+from gpulab.train.settings import Settings
 
 log = logging.getLogger("gpulab.train")
 VARIANTS = ("single", "ddp", "pipeline", "tensor")
-SCHEMA = "train"  # its packaged schema, gpulab/train/schema.yaml
 WORKER = "gpulab.train.worker"
 
 
-def load_config(section: dict) -> dict:
-    """The stage's config with schema defaults, plus the cross-key rules a schema cannot say."""
-    try:
-        cfg = cfgmod.validate(dict(section), SCHEMA)
-    except cfgmod.ConfigError as exc:
-        raise cfgmod.ConfigError(f"train: {exc}") from None
+def check_config(section: Mapping) -> None:
+    """The cross-key rules a schema cannot say, on the validated section: the registry's
+    config_check hook, run when the workflow is parsed (and for a script run by hand)."""
+    cfg = Settings.from_section(section)
     bad = [m for m in cfg.microbatches if cfg.pipeline_batch % m]
     if bad:
-        raise cfgmod.ConfigError(f"train.pipeline_batch={cfg['pipeline_batch']} is not divisible "
+        raise cfgmod.ConfigError(f"train.pipeline_batch={cfg.pipeline_batch} is not divisible "
                                  f"by train.microbatches {bad}")
     g = cfg.gpt
-    if g["d_model"] % g["n_heads"]:
-        raise cfgmod.ConfigError(f"train.gpt.d_model={g['d_model']} is not a multiple of "
-                                 f"train.gpt.n_heads={g['n_heads']}")
-    return cfg
+    if g.d_model % g.n_heads:
+        raise cfgmod.ConfigError(f"train.gpt.d_model={g.d_model} is not a multiple of "
+                                 f"train.gpt.n_heads={g.n_heads}")
 
 
-def parallel_degree(variant: str, cfg: dict, n: int) -> tuple[int, str]:
+def parallel_degree(variant: str, cfg: Settings, n: int) -> tuple[int, str]:
     """Ranks a model-parallel variant can use on ``n`` devices, and why it uses fewer.
 
     Tensor parallel splits attention heads (and the 4 x d_model MLP) evenly: the largest divisor of
@@ -49,18 +47,18 @@ def parallel_degree(variant: str, cfg: dict, n: int) -> tuple[int, str]:
     """
     g = cfg.gpt
     if variant == "tensor":
-        d = max(k for k in range(1, n + 1) if g["n_heads"] % k == 0)
-        why = f"n_heads={g['n_heads']} splits evenly over {d} of the {n} devices"
+        d = max(k for k in range(1, n + 1) if g.n_heads % k == 0)
+        why = f"n_heads={g.n_heads} splits evenly over {d} of the {n} devices"
     else:
-        d = min(n, g["n_layers"] + 2)
-        why = f"TinyGPT has {g['n_layers'] + 2} layers: at most {d} pipeline stages on {n} devices"
+        d = min(n, g.n_layers + 2)
+        why = f"TinyGPT has {g.n_layers + 2} layers: at most {d} pipeline stages on {n} devices"
     return d, ("" if d == n else why)
 
 
 def run(ctx: StageContext):
     if ctx.variant not in VARIANTS:
         raise SystemExit(f"train: unknown variant {ctx.variant!r} (known: {', '.join(VARIANTS)})")
-    cfg = load_config(ctx.config)
+    cfg = ctx.settings
     devices = ctx.devices()
     kind, n = devices[0].kind, len(devices)
     res = ctx.new_result(kind, n_devices=n, device_names=[d.name for d in devices],
@@ -125,7 +123,7 @@ def _model_parallel(ctx, res, cfg, kind, n, checks: list) -> list[Bar]:
 
 
 def _launch(ctx, mode, cfg, n) -> list[dict]:
-    payload = {"mode": mode, "cfg": cfg, "data": str(ctx.extra.get("data") or ""),
+    payload = {"mode": mode, "cfg": cfg.as_section(), "data": str(ctx.extra.get("data") or ""),
                "backend": "auto"}
     if mode == "ddp":
         _digits(ctx)  # fail early, in this process, on a missing or bad training set

@@ -60,7 +60,7 @@ class MLP(nn.Module):
         return [self.body]
 
 
-def build_classifier(name: str, mlp_hidden=(128, 128), dropout: float = 0.0) -> nn.Module:
+def build_classifier(name: str, mlp_hidden, dropout: float = 0.0) -> nn.Module:
     if name == "cnn":
         return MyNet(dropout)
     if name == "mlp":
@@ -99,11 +99,12 @@ class NaiveModelParallel(nn.Module):
 
 @dataclass(frozen=True)
 class GPTConfig:
-    vocab: int = 64
-    seq_len: int = 32
-    d_model: int = 64
-    n_heads: int = 4
-    n_layers: int = 4
+    # Sizes from config train.gpt (its defaults live in the schema).
+    vocab: int
+    seq_len: int
+    d_model: int
+    n_heads: int
+    n_layers: int
 
     def __post_init__(self):
         if self.d_model % self.n_heads:

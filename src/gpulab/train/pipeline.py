@@ -119,7 +119,7 @@ class BusyClock:
 
 def worker(ctx: launch.WorkerContext, payload: dict) -> dict:
     cfg = payload["cfg"]
-    gcfg = models.GPTConfig(**cfg.gpt)
+    gcfg = models.GPTConfig(**cfg.gpt.as_section())
     p, B = ctx.world_size, cfg.pipeline_batch
     xs, ys = data.synthetic_tokens(4 * B, gcfg.seq_len, gcfg.vocab, cfg.seed)
     batches = [(xs[i * B:(i + 1) * B], ys[i * B:(i + 1) * B]) for i in range(4)]

@@ -42,7 +42,7 @@ def worker(ctx: launch.WorkerContext, payload: dict) -> dict:
     from torch.distributed.tensor.parallel import parallelize_module
 
     cfg, dev, n = payload["cfg"], ctx.device, ctx.world_size
-    gcfg = models.GPTConfig(**cfg.gpt)
+    gcfg = models.GPTConfig(**cfg.gpt.as_section())
     if gcfg.n_heads % n:
         raise ValueError(f"train.gpt.n_heads={gcfg.n_heads} is not divisible by the {n} "
                          "tensor-parallel ranks")

@@ -6,8 +6,11 @@ from gpulab import launch
 
 def dispatch(ctx: launch.WorkerContext, payload: dict) -> dict:
     from gpulab.train import loop
+    from gpulab.train.settings import Settings
 
-    loop.seed_everything(payload["cfg"]["seed"] + ctx.rank)  # every rank seeded explicitly
+    # The section crossed as JSON: each rank reads the same typed view the stage read.
+    payload = {**payload, "cfg": Settings.from_section(payload["cfg"])}
+    loop.seed_everything(payload["cfg"].seed + ctx.rank)  # every rank seeded explicitly
     mode = payload["mode"]
     if mode == "ddp":
         from gpulab.train.ddp import worker
