@@ -117,9 +117,9 @@ def stage_settings(stage: str, **section):
 
 
 def stage_context(stage: str, variant: str, section: dict, devices: dict, out, extra=None):
-    """A StageContext as a job gets one: its section and devices validated, defaults filled in."""
-    from gpulab import config
-    from gpulab.stage import StageContext
+    """A StageContext as a job gets one: its section and devices validated, defaults filled in, and
+    the stage's config check passed."""
+    from gpulab.stage import StageContext, validate_payload
 
-    return StageContext(stage, variant, config.validate_section(stage, dict(section)),
-                        config.validate_devices(dict(devices)), out, extra or {})
+    payload = validate_payload(stage, {"stage": dict(section), "devices": dict(devices)})
+    return StageContext(stage, variant, payload["stage"], payload["devices"], out, extra or {})

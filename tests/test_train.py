@@ -274,10 +274,11 @@ def test_model_parallel_bars_fail_on_a_degraded_measurement():
              "params_local": 10, "peak_mem_bytes": 0.0}
             for m, d, t in (("unsplit", 1, 1.0), ("tensor_parallel", 2, 0.6))]
     checks = [{"grad_rel_err": 0.0, "loss_rel_err": 0.0}]
-    _, _, [ok] = tables.tensor_tables(rows, checks, {"float32_tolerance": 1e-4}, "cuda", 2)
+    cfg = stage_settings("train", float32_tolerance=1e-4)
+    _, _, [ok] = tables.tensor_tables(rows, checks, cfg, "cuda", 2)
     assert ok.verdict == "pass"
     rows[1]["step_s_median"] = 1.5  # slower than the unsplit model
-    _, _, [slow] = tables.tensor_tables(rows, checks, {"float32_tolerance": 1e-4}, "cuda", 2)
+    _, _, [slow] = tables.tensor_tables(rows, checks, cfg, "cuda", 2)
     assert slow.verdict == "fail"
     assert tables._bubble_bar("b", 0.45, 0.2, 0.10, "").verdict == "fail"
     assert tables._bubble_bar("b", 0.25, 0.2, 0.10, "").verdict == "pass"

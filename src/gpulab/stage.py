@@ -116,6 +116,21 @@ def load_payload(config_json: str = "{}", payload: Path | None = None) -> dict:
         raise SystemExit(f"{payload or '--config-json'}: not a readable JSON payload: {exc}")
 
 
+def validate_payload(stage: str, payload: dict) -> dict:
+    """What the workflow does to the whole config when it is parsed, for a payload no workflow
+    validated: its section and `devices` validated in place (defaults filled in), then the stage's
+    config check (what the schema cannot state). Raises gpulab.config.ConfigError."""
+    from gpulab import config as cfgmod
+    from gpulab import stages
+
+    cfgmod.validate_section(stage, payload.setdefault("stage", {}))
+    payload["devices"] = cfgmod.validate_devices(payload.get("devices", {}))
+    spec = stages.STAGES.get(stage)
+    if spec and spec.config_check:
+        stages.hook(spec.config_check)(payload["stage"])
+    return payload
+
+
 def context_from_args(stage: str, args) -> StageContext:
     from gpulab import config as cfgmod
 
@@ -130,14 +145,8 @@ def context_from_args(stage: str, args) -> StageContext:
     # same work for the same answer. A script run by hand has no such promise and validates its
     # section here, so both get the same defaults and the same named errors.
     if not payload.get("validated"):
-        from gpulab import stages
-
         try:
-            cfgmod.validate_section(stage, payload.setdefault("stage", {}))
-            payload["devices"] = cfgmod.validate_devices(payload.get("devices", {}))
-            spec = stages.STAGES.get(stage)
-            if spec and spec.config_check:  # what the schema cannot state, as at parse time
-                stages.hook(spec.config_check)(payload["stage"])
+            validate_payload(stage, payload)
         except cfgmod.ConfigError as exc:
             raise SystemExit(f"scripts/{stage}.py: {exc}")
     extra = {k: v for k, v in vars(args).items()
