@@ -52,8 +52,9 @@ def _measure(cfg: dict, name: str, batch: int, dataset, device, meter, op: str) 
     losses: list[float] = []
 
     def step():
-        # sync_devices=(): no synchronisation inside the step; energy.measure synchronises the
-        # device before it reads the clock.
+        # sync_devices=(): no synchronisation at the phase boundaries (the stopwatch's, which
+        # only the timed sweep needs); reading the loss still waits for the step's work, and
+        # energy.measure synchronises the device before it reads the clock.
         losses.append(loop.timed_step(model, opt, batches, dev, sync_devices=())[1])
 
     r = energy.measure(step, meter, energy.torch_sync(dev))
