@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import os
 import json
 import tarfile
 
@@ -134,3 +135,22 @@ def test_readme_table_agrees_with_its_export(run):
     # a number typed by hand into the table no longer agrees with the export
     readme.write_text(readme.read_text().replace("| 733 TFLOP/s", "| 750 TFLOP/s"))
     assert cli.main(["readme-table", str(path), "--check", str(readme)]) == 1
+
+
+def test_python_dash_m_gpulab_runs_the_cli_from_a_checkout(run):
+    # A GPU node without the console script (PYTHONPATH=src, the acceptance script) uses
+    # `python -m gpulab`; a damaged result must still exit 1 through it.
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    ok = subprocess.run([sys.executable, "-m", "gpulab", "verify", "--results-dir",
+                         str(run / "results")], capture_output=True, text=True, env=env)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    victim = next((run / "results" / "gemm").rglob("*.h5"))
+    victim.write_bytes(victim.read_bytes()[:200])
+    bad = subprocess.run([sys.executable, "-m", "gpulab", "verify", "--results-dir",
+                          str(run / "results")], capture_output=True, text=True, env=env)
+    assert bad.returncode == 1 and victim.name in bad.stdout + bad.stderr

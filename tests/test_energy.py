@@ -167,3 +167,89 @@ def test_region_ends_sit_on_counter_updates():
     assert r.resolved and r.note == ""
     # energy of the timed region itself, not off by up to one 100 ms update at each end
     assert r.energy_J == pytest.approx(600.0 * r.duration_s, rel=0.01)
+
+
+def _digits_and_cfg(models=("cnn", "mlp")):
+    """scikit-learn's real digits (8x8, as the train stage's training set) and a small config."""
+    import numpy as np
+    import torch
+    from sklearn.datasets import load_digits
+
+    from gpulab import config as cfgmod
+
+    d = load_digits()
+    x = torch.from_numpy((d.images[:256] / 16.0).astype(np.float32)[:, None])
+    ds = torch.utils.data.TensorDataset(x, torch.from_numpy(d.target[:256]))
+    cfg = cfgmod.validate({"models": list(models), "mlp_hidden": [32], "batch_sizes": [8, 16]},
+                          "train")
+    return ds, cfg
+
+
+def _fake_clock_meter(monkeypatch, watts):
+    """A 'watts' NVML counter on a fake clock: every training step the meter sees takes 0.3 s (a
+    few real steps fill the 1 s region). Returns the steps run inside energy.measure (warm-up
+    included)."""
+    nv = FakeNvml(watts=watts)
+    meter, _ = energy.gpu_meter("00000000:1B:00.0", nv)
+    clk = Clock(nv, 0.3)
+    calls = []
+    real = energy.measure
+
+    def measure(fn, m, sync):
+        def step():
+            fn()
+            calls.append(1)
+            clk.work()
+        return real(step, m, sync, clock=clk)
+
+    monkeypatch.setattr(energy, "torch_meter", lambda device: (meter, ""))
+    monkeypatch.setattr(energy, "measure", measure)
+    return calls
+
+
+def test_training_energy_is_joules_per_sample_of_the_steps_run(monkeypatch):
+    import torch
+
+    from gpulab.train import energy as train_energy
+
+    ds, cfg = _digits_and_cfg(models=("mlp",))
+    calls = _fake_clock_meter(monkeypatch, watts=50.0)
+    (r,) = train_energy.step_rows(cfg, ds, torch.device("cpu"))
+    batch = 16  # the sweep's largest
+    assert r["operation"] == "training step mlp, batch 16 (data, forward, backward, SGD step)"
+    assert r["resolved"] and r["meter"] == "nvml" and r["duration_s"] >= 1.0
+    assert r["iterations"] == len(calls) - 1  # the warm-up step is not counted
+    assert r["work"] == r["iterations"] * batch and r["work_unit"] == "sample"
+    assert r["energy_J"] == pytest.approx(50.0 * r["duration_s"], rel=1e-3)
+    assert r["per_op"] == pytest.approx(r["energy_J"] / (r["iterations"] * batch))
+    assert r["efficiency"] == pytest.approx(1 / r["per_op"]) and r["avg_W"] == pytest.approx(50.0,
+                                                                                          rel=1e-3)
+    assert (r["throughput_unit"], r["efficiency_unit"], r["per_op_unit"]) == (
+        "samples/s", "samples/J", "J/sample")
+
+
+def test_training_energy_rows_without_a_meter_say_why(monkeypatch):
+    import torch
+
+    from gpulab.train import energy as train_energy
+
+    ds, cfg = _digits_and_cfg()
+    monkeypatch.setattr(energy, "torch_meter", lambda device: (None, "no RAPL domains under x"))
+    rows = train_energy.step_rows(cfg, ds, torch.device("cpu"))
+    assert [r["operation"].split(",")[0] for r in rows] == ["training step cnn", "training step mlp"]
+    for r in rows:
+        assert r["note"] == "not_applicable: no RAPL domains under x" and not r["resolved"]
+        assert r["iterations"] == 0 and math.isnan(r["per_op"]) and r["per_op_unit"] == "J/sample"
+
+
+def test_a_training_step_with_a_non_finite_loss_is_unresolved(monkeypatch):
+    import torch
+
+    from gpulab.train import energy as train_energy
+    from gpulab.train import loop
+
+    ds, cfg = _digits_and_cfg(models=("mlp",))
+    _fake_clock_meter(monkeypatch, watts=50.0)
+    monkeypatch.setattr(loop, "timed_step", lambda *a, **k: ({}, float("nan")))
+    (r,) = train_energy.step_rows(cfg, ds, torch.device("cpu"))
+    assert not r["resolved"] and "non-finite loss" in r["note"] and math.isnan(r["per_op"])

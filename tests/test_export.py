@@ -66,6 +66,10 @@ def test_rows_carry_keys_units_statistics_and_provenance(res):
     assert len(samp) == 4 * 3 and set(samp["unit"]) == {"s"}
     g = df[(df["stage"] == "gemm") & (df["metric"] == "tflops")]
     assert set(g["gpu_model"]) == {"NVIDIA H200"} and set(g["unit"]) == {"TFLOP/s"}
+    en = df[(df["table"] == "energy") & (df["host"] == "h200a")]  # units "see column X"
+    assert dict(en[["metric", "unit"]].values) == {
+        "work": "GB", "duration_s": "s", "energy_J": "J", "avg_W": "W", "throughput": "GB/s",
+        "efficiency": "GB/J", "per_op": "J/GB"}
     assert (df["commit"] != "").all() and (df["config_hash"].str.len() == 16).all()
     assert df["time"].str.match(r"\d{4}-\d\d-\d\dT").all()
 

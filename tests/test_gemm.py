@@ -287,8 +287,14 @@ def test_harness_check_times_both_sides_in_batches_with_one_timer(monkeypatch):
 
     monkeypatch.setattr(single_mod.timing, "measure", spy)
     check = single_mod.harness_check(torch.device("cpu"), 16, warmup=0, repeats=2, seed=0)
-    assert seen == [single_mod.HARNESS_BATCH] * (2 * single_mod.HARNESS_ROUNDS)
+    # Batches on a GPU (the launch gap); one call per sample on the CPU, where a call is the work
+    # itself (batches of 10 2048^3 bf16 CPU calls kept the CPU health preset busy for minutes).
+    assert single_mod.calls_per_sample(torch.device("cuda", 0)) == single_mod.HARNESS_BATCH > 1
+    cpu_batch = single_mod.calls_per_sample(torch.device("cpu"))
+    assert cpu_batch == 1
+    assert seen == [cpu_batch] * (2 * single_mod.HARNESS_ROUNDS)
     assert check.check == single_mod.HARNESS_CHECK and check.bound == single_mod.HARNESS_BOUND
+    monkeypatch.setattr(single_mod, "calls_per_sample", lambda d: single_mod.HARNESS_BATCH)
     rows = single_mod.baseline(torch.device("cpu"), [(8, 8, 8)], [numerics.precision("fp32")],
                                0, 1, 0)
     assert seen[-1] == single_mod.HARNESS_BATCH and rows[0]["repeats"] == 1

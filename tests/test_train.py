@@ -87,6 +87,50 @@ def test_single_variant_trains_and_records_every_strategy(stage):
     assert mlp[-5:].mean() < mlp[:5].mean() - 0.3  # it really learns the digits
 
 
+def test_single_variant_records_the_energy_of_a_training_step(tmp_path, digits, monkeypatch):
+    """The single variant's energy table: one row per model, not applicable (with the reason)
+    without a meter, J/sample with one; the timed training is the same either way; findings,
+    the energy figure and the export pick the rows up."""
+    import pandas as pd
+    from test_energy import WallMeter
+
+    from gpulab import energy, export, findings
+    from gpulab.report import energy as energy_figure
+    from gpulab.report.html import Figures
+
+    small = {**TINY, "batch_sizes": [16], "repeats": 1, "curve_epochs": 1}
+    monkeypatch.setattr(energy, "torch_meter", lambda d: (None, "no RAPL domains under x"))
+    p0 = _run("single", tmp_path / "none", digits, small)
+    na = results.read_table(p0, "energy")
+    assert list(na["operation"].str.split(",").str[0]) == ["training step cnn", "training step mlp"]
+    assert (na["note"] == "not_applicable: no RAPL domains under x").all()
+    assert not na["resolved"].any()
+
+    monkeypatch.setattr(energy, "torch_meter", lambda d: (WallMeter(), ""))  # 100 W, real clock
+    p1 = _run("single", tmp_path / "meter", digits, small)
+    e = results.read_table(p1, "energy")
+    assert len(e) == 2 and e["resolved"].all() and (e["device"] == "cpu").all()
+    assert (e["duration_s"] >= 1.0).all() and (e["work"] == e["iterations"] * 16).all()
+    assert np.allclose(e["per_op"], e["energy_J"] / (e["iterations"] * 16))
+    assert np.allclose(e["avg_W"], 100.0, rtol=0.05) and set(e["per_op_unit"]) == {"J/sample"}
+    assert e.attrs["units"] == energy.UNITS
+    # The energy steps come after the timed sweep, on fresh models: the training is untouched.
+    for table in ("loss_curve", "throughput"):
+        cols = ["model", "strategy", "loss" if table == "loss_curve" else "final_loss"]
+        pd.testing.assert_frame_equal(results.read_table(p0, table)[cols],
+                                      results.read_table(p1, table)[cols])
+
+    found, _ = findings.derive([p1], stages=["train"])
+    stated = [f.statement for f in found if f.rule == "train.train_energy"]
+    assert len(stated) == 2 and all("J/sample" in s and "samples/J" in s for s in stated)
+    figs = Figures()
+    assert "training step" in energy_figure.render([p1], figs) and figs.figure_no == 1
+    tidy = export.tidy([p1])
+    units = dict(tidy[tidy["table"] == "energy"][["metric", "unit"]].drop_duplicates().values)
+    assert units == {"work": "sample", "duration_s": "s", "energy_J": "J", "avg_W": "W",
+                     "throughput": "samples/s", "efficiency": "samples/J", "per_op": "J/sample"}
+
+
 def test_freezing_stops_updates_of_the_feature_layers(digits):
     cfg = stage_settings("train", **TINY)
     ds = data.open_digits(digits)

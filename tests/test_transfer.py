@@ -445,6 +445,36 @@ def test_every_bandwidth_row_is_checked_against_its_physical_limit():
     assert {b.verdict for b in top} == {"fail"} and "exceeds the physical limit" in top[0].note
 
 
+def test_hybrid_and_host_thread_rows_are_checked_against_the_paths_they_use():
+    # issue 24: every bandwidth row, the hybrid split and the multi-GPU host-thread rows included.
+    names, links = ["NVIDIA H200"] * 2, LINKS_NV18
+    nv = bars.p2p_limit(names, links, 0, 1)[0].value      # the pair's NVLink share (datasheet)
+    pcie = bars.pcie_limit(links[0]).value                 # Gen5 x16
+    n = 1 << 26
+
+    def hyb(path, gbps, p2p_bytes):
+        return {**measure.bandwidth_row([n / gbps / 1e9] * 3, n), "path": path, "src": 0,
+                "dst": 1, "bytes": n, "p2p_bytes": p2p_bytes, "host_bytes": n - p2p_bytes}
+
+    healthy = pd.DataFrame([hyb("p2p only", 0.8 * nv, n), hyb("host only", 0.8 * pcie, 0),
+                            hyb("split R/(1+R)", 0.8 * (nv + pcie), n // 2)])
+    got = bars.plausibility_checks(healthy.iloc[:0], names, links, [], hybrid=healthy)
+    assert [c.verdict for c in got] == ["pass"] * 3
+    # a host-staged copy faster than PCIe, a split faster than both paths together: impossible
+    bad = pd.DataFrame([hyb("host only", 1.2 * pcie, 0), hyb("split R/(1+R)", 1.2 * (nv + pcie),
+                                                               n // 2)])
+    got = bars.plausibility_checks(bad.iloc[:0], names, links, [], hybrid=bad)
+    assert [c.verdict for c in got] == ["fail", "fail"] and "exceeds" in got[0].note
+
+    def thr(gbps):
+        return {**measure.bandwidth_row([2 * n / gbps / 1e9] * 3, 2 * n), "threading": "one thread per GPU",
+                "call": "async", "direction": "H2D", "memory": "pinned", "gpus": 2, "bytes": n}
+
+    got = bars.plausibility_checks(healthy.iloc[:0], names, links, [],
+                                   threads=pd.DataFrame([thr(1.8 * pcie), thr(2.3 * pcie)]))
+    assert [c.verdict for c in got] == ["pass", "fail"]  # limit: 2 x PCIe
+
+
 def test_schema_states_the_copy_cap_the_code_uses():
     # issue 24: the schema said "at most 1000" copies while the code caps at 256.
     import yaml

@@ -8,8 +8,10 @@ model, device kind, commit, config hash, time the result was written, result id)
 Which columns are values: floating-point columns (times, bandwidths, ratios) and the per-repetition
 lists (``samples_s``, ``time_s_samples``: JSON lists, one row per sample). Every other column (text,
 integers, booleans) is a key: integer columns in gpulab's tables are sizes, counts and ids, i.e. what
-was measured. A column named ``unit`` holds the unit of that row's values. NaN (not measured) values
-are left out. Matrices (bandwidth src x dst) come as table ``matrix/<name>`` with keys row and col.
+was measured. A column named ``unit`` holds the unit of that row's values; a unit text "see column
+X" (gpulab.energy's rows: work in GB, GFLOP or samples) takes the row's column X. NaN (not measured)
+values are left out. Matrices (bandwidth src x dst) come as table ``matrix/<name>`` with keys row
+and col.
 
 Formats: Parquet (pyarrow), CSV and JSON Lines; :func:`read` reads any of them back.
 """
@@ -20,6 +22,7 @@ import datetime as dt
 import json
 import math
 import os
+import re
 from pathlib import Path
 from typing import Iterable
 
@@ -37,8 +40,9 @@ STATISTICS = ("median", "min", "max", "mean", "stdev", "p50", "p90", "p99")
 SAMPLE_COLUMNS = {"samples_s": ("time", "s"), "time_s_samples": ("time", "s")}
 # Free text: neither a value nor part of what was measured.
 TEXT_COLUMNS = {"note", "traceback", "error"}
-# Row-level unit column, and the unit text that defers to it.
+# Row-level unit column, and the unit text that defers to it (or to another column of the row).
 UNIT_COLUMN = "unit"
+SEE_COLUMN = re.compile(r"see column '?(\w+)'?")
 
 
 class ExportError(ValueError):
@@ -107,7 +111,10 @@ def table_rows(df: pd.DataFrame, table: str) -> list[dict]:
                 continue
             metric, stat = _split_stat(str(c))
             unit = str(units.get(c, ""))
-            if has_unit_col and (not unit or unit.startswith("see column")):
+            see = SEE_COLUMN.match(unit)
+            if see and see.group(1) in rec:
+                unit = str(rec[see.group(1)])
+            elif has_unit_col and (not unit or see):
                 unit = row_unit
             out.append({"table": table, "metric": metric, "keys": keys, "value": float(v),
                         "unit": unit, "statistic": stat, "sample": -1})

@@ -35,10 +35,17 @@ def _cuda(device: torch.device):
     return device if device.type == "cuda" else None
 
 
+def calls_per_sample(device: torch.device) -> int:
+    """HARNESS_BATCH on a GPU, where one event pair around one call also times the launch gap; one
+    on the CPU, where a call is the work itself (a 2048^3 bf16 CPU call takes seconds: batches of
+    10 made the CPU health preset's GEMM job run for many minutes)."""
+    return HARNESS_BATCH if device.type == "cuda" else 1
+
+
 def time_path(a, b, out, device, warmup: int, repeats: int) -> timing.Stats:
-    """Per-call times of gpulab's call path, ``repeats`` batches of HARNESS_BATCH calls."""
+    """Per-call times of gpulab's call path, ``repeats`` samples of :func:`calls_per_sample`."""
     return timing.measure(lambda: torch.matmul(a, b, out=out), warmup=warmup, repeats=repeats,
-                          device=_cuda(device), batch=HARNESS_BATCH)
+                          device=_cuda(device), batch=calls_per_sample(device))
 
 
 def baseline(device: torch.device, sizes, precs, warmup: int, repeats: int, seed: int) -> list[dict]:
@@ -132,7 +139,7 @@ def _plain_matmul_seconds(a, b, device, warmup: int, repeats: int) -> list[float
     """Per-call seconds of plain ``torch.matmul(a, b)``, timed exactly as :func:`time_path` times
     the call path (same timer, same batch), so the check sees only the difference of the calls."""
     return list(timing.measure(lambda: torch.matmul(a, b), warmup=warmup, repeats=repeats,
-                               device=_cuda(device), batch=HARNESS_BATCH).samples)
+                               device=_cuda(device), batch=calls_per_sample(device)).samples)
 
 
 HARNESS_CPU_REASON = "timed with CUDA events against batches of cuBLAS calls: CUDA only"

@@ -77,6 +77,11 @@ def run(ctx: StageContext):
             _add(res, "throughput", out["throughput"])
             _add(res, "loss_curve", out["loss_curve"])
             checks += out["checks"]
+            # After the timed sweep, on fresh models: the energy steps share no state with it.
+            from gpulab.train import energy
+
+            with phases.phase("energy of a training step"):
+                energy.add_table(res, cfg, digits, devices[0].torch_device)
             if kind == "cpu":
                 res.attrs["data_parallel_note"] = single.DP_CPU_NOTE
         elif ctx.variant == "ddp":

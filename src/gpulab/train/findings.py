@@ -1,7 +1,7 @@
 """Findings of the training stage (rules: see gpulab.findings)."""
 from __future__ import annotations
 
-from gpulab.findings import Finding, NotMeasurable, Rows
+from gpulab.findings import Finding, NotMeasurable, Rows, energy_rule
 
 
 def best_comm_hook(rows: Rows):
@@ -37,4 +37,9 @@ def best_comm_hook(rows: Rows):
     return out or NotMeasurable("train.best_comm_hook", "no sweep with the 'none' baseline")
 
 
-RULES = [best_comm_hook]
+def train_energy(rows: Rows):
+    """J per sample of a single-device training step, per model, from the energy table."""
+    return energy_rule("train.train_energy", rows, "sample")
+
+
+RULES = [best_comm_hook, train_energy]

@@ -51,6 +51,11 @@ full gradients are compared with the unsplit model (float32, relative to the lar
 On CPU the virtual devices are gloo processes sharing the same cores, and nn.DataParallel,
 activation/parameter offloading and naive model parallel run the same code with nothing to move,
 so CPU figures check the method, not the hardware.</p>
+<p>Energy (single variant, Findings chapter): per model, the single-device training step at the
+largest batch (same data, forward, backward and SGD step as timed, on a fresh model from the same
+seed, after the timed runs) repeated back to back for at least 1 s between two readings of the
+device's energy counter (NVML total energy on a GPU, RAPL packages on a CPU where readable);
+J/sample = energy / (steps &times; batch).</p>
 """
 
 

@@ -94,7 +94,8 @@ def _gpu(result, cfg: Settings, n: int) -> tuple[int, list, list]:
                   + bars.plausibility_checks(pd.concat([p2p_rows, result.tables.get(
                       "p2p_sweep", pd.DataFrame())], ignore_index=True), names, links, [
                       hst["host_device"], hst.get("host_device_links"),
-                      pd.DataFrame([hst["h2d_bar"]["mine"]])])
+                      pd.DataFrame([hst["h2d_bar"]["mine"]])], hybrid=ena.get("hybrid"),
+                      threads=hst["host_device_threads"])
                   + [bars.isolation_check(n, dis["isolation_pairs"], dis["isolation_ok"],
                                           dis["isolation_check"])])
     peer_pairs = int(np.sum(np.array(dis["connectivity"])) - n)

@@ -190,12 +190,50 @@ def gpu_bars(p2p_rows: pd.DataFrame, names: list[str], links: list[dict], h2d: d
     return plausible.guard_all(out)[0]
 
 
+def _sum_limits(parts: list[limits.Limit], what: str) -> limits.Limit:
+    """The limit of paths used at once: the sum of theirs, unknown where one of them is."""
+    unknown = [p for p in parts if not p.known]
+    if unknown or not parts:
+        return unknown[0] if unknown else limits.Limit(None, "GB/s", "", f"{what}: no path")
+    return limits.Limit(sum(p.value for p in parts), "GB/s",
+                        f"{what}: " + " + ".join(f"{p.value:.4g} ({p.source})" for p in parts))
+
+
+def _min_limit(a: limits.Limit, b: limits.Limit) -> limits.Limit:
+    if not (a.known and b.known):
+        return a if not a.known else b
+    return a if a.value <= b.value else b
+
+
+def hybrid_limit(names: list[str], links: list[dict], row: dict) -> limits.Limit:
+    """The limit of a hybrid split row: its direct P2P path, its path staged through host memory
+    (D2H from the source, H2D to the destination: the slower PCIe link), or both at once."""
+    i, j = int(row["src"]), int(row["dst"])
+    if max(i, j) >= len(links):
+        return limits.Limit(None, "GB/s", "", "the GPUs' links are not known")
+    p2p = p2p_limit(names, links, i, j)[0]
+    host = _min_limit(pcie_limit(links[i]), pcie_limit(links[j]))
+    parts = ([p2p] if int(row.get("p2p_bytes", 0)) > 0 else []) + \
+        ([host] if int(row.get("host_bytes", 0)) > 0 else [])
+    return _sum_limits(parts, "P2P link + staged through the host")
+
+
+def threads_limit(links: list[dict], row: dict) -> limits.Limit:
+    """Pinned H2D to ``gpus`` GPUs at once: the sum of their PCIe links."""
+    n = int(row.get("gpus", 1))
+    if n > len(links):
+        return limits.Limit(None, "GB/s", "", "the GPUs' links are not known")
+    return _sum_limits([pcie_limit(ln) for ln in links[:n]], f"PCIe of {n} GPU(s)")
+
+
 def plausibility_checks(p2p_rows: pd.DataFrame, names: list[str], links: list[dict],
-                        host_tables: list[pd.DataFrame]) -> list[Check]:
+                        host_tables: list[pd.DataFrame], hybrid: pd.DataFrame | None = None,
+                        threads: pd.DataFrame | None = None) -> list[Check]:
     """Every one-direction bandwidth row against its physical limit (issue 24): same-device copies
     (read+write) vs the datasheet memory bandwidth, GPU pairs vs their link, host <-> device rows
-    vs their GPU's PCIe link. Bidirectional rows (a sum of two directions) and latencies are not
-    compared; rows without a known limit give no check."""
+    vs their GPU's PCIe link, hybrid split rows vs the paths they use, the multi-GPU host-thread
+    rows vs the sum of those GPUs' PCIe links. Bidirectional rows (a sum of two directions) and
+    latencies are not compared; rows without a known limit give no check."""
     uni = p2p_rows[(p2p_rows.test == "uni") & (p2p_rows.unit == "GB/s")] if len(p2p_rows) else p2p_rows
     if "cache_resident" in uni.columns:  # L2-resident copies measure the cache, not memory
         uni = uni[~uni["cache_resident"].fillna(False).astype(bool)]
@@ -220,6 +258,14 @@ def plausibility_checks(p2p_rows: pd.DataFrame, names: list[str], links: list[di
             links[int(r["device"])] if int(r["device"]) < len(links) else {}), lambda r: (
             f"host<->device GPU{int(r['device'])} {r['direction']} {r['memory']} {r['call']} "
             f"{int(r['bytes'])} B"), "GB/s")
+    if hybrid is not None and len(hybrid):
+        out += plausible.row_checks(hybrid, "value_median", lambda r: hybrid_limit(
+            names, links, r), lambda r: (f"hybrid {r['path']} GPU{int(r['src'])}->GPU{int(r['dst'])} "
+                                         f"{int(r['bytes'])} B"), "GB/s")
+    if threads is not None and len(threads):
+        out += plausible.row_checks(threads, "value_median", lambda r: threads_limit(links, r),
+                                    lambda r: (f"host threads {r['threading']} {r['call']} H2D to "
+                                               f"{int(r['gpus'])} GPUs {int(r['bytes'])} B"), "GB/s")
     return out
 
 
