@@ -15,6 +15,7 @@ import math
 import torch
 
 from gpulab import energy
+from gpulab.train.settings import Settings
 
 COLUMNS, UNITS = energy.COLUMNS, energy.UNITS
 
@@ -24,14 +25,14 @@ def operation(model: str, batch: int) -> str:
     return f"training step {model}, batch {batch} (data, forward, backward, SGD step)"
 
 
-def step_rows(cfg: dict, dataset, device: torch.device) -> list[dict]:
-    """One row per model of ``cfg["models"]``: its training step repeated for >= 1 s inside the
+def step_rows(cfg: Settings, dataset, device: torch.device) -> list[dict]:
+    """One row per model of ``cfg.models``: its training step repeated for >= 1 s inside the
     meter, work = batch samples per step; not_applicable (with the reason) where there is no
     meter or the measurement failed."""
-    batch = max(cfg["batch_sizes"])
+    batch = max(cfg.batch_sizes)
     meter, why = energy.torch_meter(device)
     rows = []
-    for name in cfg["models"]:
+    for name in cfg.models:
         op = operation(name, batch)
         if meter is None:
             rows.append(energy.not_applicable_row(op, str(device), why, "sample"))
@@ -44,11 +45,11 @@ def step_rows(cfg: dict, dataset, device: torch.device) -> list[dict]:
     return rows
 
 
-def _measure(cfg: dict, name: str, batch: int, dataset, device, meter, op: str) -> dict:
+def _measure(cfg: Settings, name: str, batch: int, dataset, device, meter, op: str) -> dict:
     from gpulab.train import data, loop, single
 
-    model, opt, dev, _, _ = single.make(cfg, name, "single", [device], cfg["seed"])
-    batches = data.EpochBatches(dataset, batch, seed=cfg["seed"])
+    model, opt, dev, _, _ = single.make(cfg, name, "single", [device], cfg.seed)
+    batches = data.EpochBatches(dataset, batch, seed=cfg.seed)
     losses: list[float] = []
 
     def step():
@@ -65,7 +66,7 @@ def _measure(cfg: dict, name: str, batch: int, dataset, device, meter, op: str) 
     return energy.row(op, str(dev), meter.name, float(batch), "sample", r)
 
 
-def add_table(result, cfg: dict, dataset, device: torch.device) -> None:
+def add_table(result, cfg: Settings, dataset, device: torch.device) -> None:
     """The single variant's ``energy`` table."""
     import pandas as pd
 
