@@ -175,13 +175,12 @@ def _digits_and_cfg(models=("cnn", "mlp")):
     import torch
     from sklearn.datasets import load_digits
 
-    from gpulab import config as cfgmod
+    from conftest import stage_settings
 
     d = load_digits()
     x = torch.from_numpy((d.images[:256] / 16.0).astype(np.float32)[:, None])
     ds = torch.utils.data.TensorDataset(x, torch.from_numpy(d.target[:256]))
-    cfg = cfgmod.validate({"models": list(models), "mlp_hidden": [32], "batch_sizes": [8, 16]},
-                          "train")
+    cfg = stage_settings("train", models=list(models), mlp_hidden=[32], batch_sizes=[8, 16])
     return ds, cfg
 
 
