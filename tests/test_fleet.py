@@ -154,6 +154,7 @@ def fleet_results(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_fleet_flags_the_degraded_host_and_only_it(fleet_results, capsys):
     samples = metmod.find(fleet_results)
@@ -167,6 +168,7 @@ def test_fleet_flags_the_degraded_host_and_only_it(fleet_results, capsys):
     assert rc == 1 and "sick" in out and "node1 " not in out.split("suspect hosts")[1]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_baseline_flags_a_real_slowdown_and_passes_an_unchanged_rerun(fleet_results, tmp_path, capsys):
     """A baseline of node1's real run against node2's (another healthy run of this machine, measured
@@ -305,6 +307,7 @@ def test_health_preset_end_to_end(workflow_dir):
     assert os.path.exists(workflow_dir / "results" / "baseline" / "e2e" / "e2e-ref.json")
 
 
+@pytest.mark.e2e
 def test_cluster_dry_run_one_pinned_health_job_per_node(workflow_dir):
     """Through the SLURM profile: one health job per listed node, pinned with --nodelist, results
     under that node's name, the report after them (h6 runs the real multi-node cluster test)."""

@@ -69,6 +69,7 @@ def _checks_pass(path):
     return chk
 
 
+@pytest.mark.slow
 def test_single_variant_trains_and_records_every_strategy(stage):
     p = stage["single"]
     tp = results.read_table(p, "throughput")
@@ -87,6 +88,7 @@ def test_single_variant_trains_and_records_every_strategy(stage):
     assert mlp[-5:].mean() < mlp[:5].mean() - 0.3  # it really learns the digits
 
 
+@pytest.mark.slow
 def test_freezing_stops_updates_of_the_feature_layers(digits):
     cfg = cfgmod.validate(dict(TINY), "train")
     ds = data.open_digits(digits)
@@ -101,6 +103,7 @@ def test_freezing_stops_updates_of_the_feature_layers(digits):
     assert not all(torch.equal(a, b) for a, b in zip(head, model.seq2.parameters()))
 
 
+@pytest.mark.slow
 def test_ddp_matches_single_device_and_sweeps_every_axis(stage):
     p = stage["ddp"]
     chk = _checks_pass(p)
@@ -126,6 +129,7 @@ def test_ddp_matches_single_device_and_sweeps_every_axis(stage):
     assert bars["note"].str.contains("CPU virtual devices").all()
 
 
+@pytest.mark.slow
 def test_lr_scaling_rule_with_warmup(stage):
     lr = results.read_table(stage["ddp"], "lr_scaling")
     w = lr[lr["setting"] == "lr x N + warm-up"].sort_values("step")["lr"].to_numpy()
@@ -134,6 +138,7 @@ def test_lr_scaling_rule_with_warmup(stage):
     assert np.isfinite(lr["loss"]).all()
 
 
+@pytest.mark.slow
 def test_pipeline_matches_unsplit_model_and_measures_the_bubble(stage):
     p = stage["pipeline"]
     _checks_pass(p)
@@ -156,6 +161,7 @@ def test_pipeline_matches_unsplit_model_and_measures_the_bubble(stage):
 
 
 
+@pytest.mark.slow
 def test_tensor_parallel_matches_unsplit_and_shards_parameters(stage):
     p = stage["tensor"]
     _checks_pass(p)
@@ -164,6 +170,7 @@ def test_tensor_parallel_matches_unsplit_and_shards_parameters(stage):
     assert t.loc["unsplit", "speedup"] == pytest.approx(1.0)
 
 
+@pytest.mark.slow
 def test_one_device_still_runs_model_parallel_code_paths(tmp_path, digits):
     cfg = {**TINY, "schedules": ["gpipe"], "microbatches": [2]}
     p = _run("pipeline", tmp_path, digits, cfg, cpu_devices=1)
@@ -210,6 +217,7 @@ def test_models_split_and_shard_consistently():
     assert len(plan) == 3 * 6 and "layers.1.attn.q" in plan and "layers.3.fc2" in plan
 
 
+@pytest.mark.slow
 def test_report_section_renders_every_variant(stage):
     from gpulab.report.html import Figures
     from gpulab.train import section
@@ -223,6 +231,7 @@ def test_report_section_renders_every_variant(stage):
     assert "(p&minus;1)/(m+p&minus;1)" in section.METHODS and section.TITLE
 
 
+@pytest.mark.slow
 def test_bad_inputs_fail_clearly(tmp_path, digits):
     with pytest.raises(cfgmod.ConfigError, match="pipeline_batch=10 is not divisible by "
                                                  r"train.microbatches \[4\]"):
@@ -239,6 +248,7 @@ def test_bad_inputs_fail_clearly(tmp_path, digits):
         models.GPTConfig(d_model=10, n_heads=4)
 
 
+@pytest.mark.slow
 def test_script_help():
     out = subprocess.run([sys.executable, str(REPO / "scripts/train.py"), "--help"],
                          capture_output=True, text=True, check=True).stdout
@@ -283,6 +293,7 @@ def test_model_parallel_bars_fail_on_a_degraded_measurement():
     assert tables._bubble_bar("b", 0.25, 0.2, 0.10, "").verdict == "pass"
 
 
+@pytest.mark.slow
 def test_failed_and_crashed_checks_fail_the_variant(tmp_path, digits, monkeypatch):
 
     def crash(*args, **kwargs):
@@ -303,6 +314,7 @@ def test_single_process_timers_wait_for_every_device_used(monkeypatch):
     assert loop.sync_fn([torch.device("cpu")]) is None
 
 
+@pytest.mark.slow
 def test_tensor_parallel_on_three_devices_uses_the_largest_divisor_of_the_heads(tmp_path, digits):
     """n_heads=2 over 3 devices: 2 ranks, and the third device is recorded as not applicable."""
     cfg = {**TINY, "tensor_batches": [4]}
