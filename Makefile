@@ -12,7 +12,7 @@ ARGS   ?=
 help:
 	@echo "make run        run the whole pipeline (CPU virtual devices when no GPU is present)"
 	@echo "make test       run the test suite (everything; what CI runs)"
-	@echo "make check      the quick tier for the edit-run loop: unit tests only, no Snakemake runs"
+	@echo "make check      the quick tier for the edit-run loop (under a minute): lint, then the unit tests"
 	@echo "make dry-run    show which jobs would run"
 	@echo "make wheelhouse build an offline wheel folder for an air-gapped GPU node (PYVER=3.12)"
 	@echo "make clean      remove results/ and Snakemake's state"
@@ -34,9 +34,12 @@ dry-run: venv
 test: venv
 	$(BIN)/python -m pytest $(ARGS)
 
-# The unit tier: every test not marked e2e (those start Snakemake or a real cluster).
+# The quick tier: lint (every Python file compiles), then every test marked neither e2e (starts
+# Snakemake or a real cluster) nor slow (real measurements, worker processes: seconds each).
+# `make test` runs both tiers.
 check: venv
-	$(BIN)/python -m pytest -m "not e2e" -q $(ARGS)
+	$(BIN)/python -m compileall -q src scripts tests
+	$(BIN)/python -m pytest -m "not e2e and not slow" -q $(ARGS)
 
 PYVER    ?= 3.12
 PLATFORM ?= manylinux_2_28_x86_64

@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -49,6 +50,37 @@ def copy_workflow(dest: Path) -> Path:
         else:
             shutil.copy2(src, dest / part)
     return dest
+
+
+def copy_run(src: Path, dest: Path) -> Path:
+    """A finished run's tree (workflow, results and Snakemake's records, file times kept) copied for
+    a test that changes it: seconds, where running the pipeline again costs minutes."""
+    shutil.copytree(src, dest, symlinks=True)
+    return dest
+
+
+# The host label and GPU pool of the CPU runs the tests share (no GPU ids handed out).
+CPU_ENV = {"GPULAB_HOST": "testhost", "GPULAB_GPU_POOL": ""}
+
+
+@pytest.fixture(scope="session")
+def probe_report_run(tmp_path_factory) -> Path:
+    """The probe and the report (config report.stages: [probe]), with another host's probe result
+    copied into results/ as a user would, run once per session for every test that needs a finished
+    small run. Read-only: a test that changes the tree works on copy_run(probe_report_run, ...)."""
+    from gpulab import probe, results
+
+    wf = copy_workflow(tmp_path_factory.mktemp("probe-report") / "wf")
+    cfg_path = wf / "config.yaml"
+    cfg = yaml.safe_load(cfg_path.read_text())
+    cfg.setdefault("report", {})["stages"] = ["probe"]
+    cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GPULAB_HOST", "otherhost")
+        results.write(probe.build_result("probe", "main", {"gpus": "all"}, probe.collect()),
+                      wf / "results" / "probe" / "otherhost.h5")
+    snakemake(wf, "--cores", "2", env=CPU_ENV)
+    return wf
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ def _ctx(tmp_path, variant):
                          tmp_path / f"{variant}.h5")
 
 
+@pytest.mark.slow
 def test_stage_result_default_variant(tmp_path):
     from gpulab.collectives import run
 
@@ -101,6 +102,7 @@ def test_stage_rejects_bad_config(tmp_path):
     json.dumps(ctx.config)  # the context stays plain data
 
 
+@pytest.mark.slow
 def test_a_wrong_element_or_a_crashed_launch_fails_the_stage(tmp_path, monkeypatch):
     import gpulab.collectives as stage
     from gpulab import launch
@@ -128,6 +130,7 @@ def test_a_wrong_element_or_a_crashed_launch_fails_the_stage(tmp_path, monkeypat
     assert a["verdict"] == "fail" and "1 crashed" in a["verdict_summary"]
 
 
+@pytest.mark.slow
 def test_library_only_config_still_has_bars(tmp_path):
     # issue 24: the health preset configures no hand-written algorithm, and its collectives result
     # had no bar at all; the bars are now built from the library table.

@@ -90,6 +90,7 @@ def test_stage_section_alone_gets_defaults_and_named_errors():
     assert config.validate_section("no_such_stage", {"x": 1}) == {"x": 1}
 
 
+@pytest.mark.slow
 def test_script_run_by_hand_validates_its_section(tmp_path):
     import subprocess
     import sys

@@ -90,6 +90,7 @@ def test_fleet_and_compare_refuse_a_damaged_result(tree, capsys):
     assert str(files["probe"]) in err and "--forcerun probe" in err
 
 
+@pytest.mark.slow
 def test_report_marks_the_missing_chapter_in_the_abstract_and_fails(tree, tmp_path):
     root, files = tree
     _truncate(files["sort"])

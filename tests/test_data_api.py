@@ -101,6 +101,7 @@ def test_distributed_sampler_index_sets_are_disjoint(tmp_path, world, n):
         assert len(flat) == n - n % world
 
 
+@pytest.mark.slow
 def test_three_gloo_ranks_read_disjoint_shards(tmp_path):
     """Real ranks, real reads through DataLoader workers: each sample read by exactly one rank."""
     x, _ = id_set(tmp_path / "s.h5", n=96)

@@ -93,6 +93,7 @@ def test_bad_input_fails_the_job_and_leaves_nothing(tmp_path, capsys):
     assert not any((tmp_path / "res").iterdir())  # neither the result nor the files nor temporaries
 
 
+@pytest.mark.slow
 def test_report_section_renders_and_has_headlines(result):
     import importlib
 
@@ -107,12 +108,14 @@ def test_report_section_renders_and_has_headlines(result):
     assert "MB = 10<sup>6</sup>" in section.METHODS and section.TITLE
 
 
+@pytest.mark.slow
 def test_script_help():
     p = subprocess.run([sys.executable, str(REPO / "scripts" / "data.py"), "--help"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and "--files-dir" in p.stdout and "JSON lines" in p.stdout
 
 
+@pytest.mark.slow
 def test_sigterm_leaves_no_temporaries(tmp_path):
     """Snakemake stops a job with SIGTERM: the half-written files folder must not survive."""
     import signal

@@ -128,6 +128,7 @@ class WallMeter:
         return (time.perf_counter() - self.t0) * 100.0
 
 
+@pytest.mark.slow
 def test_gemm_and_copy_rows_wire_the_meter(monkeypatch):
     import torch
 

@@ -34,6 +34,7 @@ def _hdf5_values(files) -> dict:
     return out
 
 
+@pytest.mark.slow
 def test_every_float_cell_is_one_row_and_formats_read_back_identical(res, tmp_path):
     files = results.find_results(res)
     df = export.tidy(files)
@@ -52,6 +53,7 @@ def test_every_float_cell_is_one_row_and_formats_read_back_identical(res, tmp_pa
                                       check_exact=True)
 
 
+@pytest.mark.slow
 def test_rows_carry_keys_units_statistics_and_provenance(res):
     df = export.tidy(results.find_results(res), hosts=["h200a"])
     assert set(df["host"]) == {"h200a"}
@@ -74,6 +76,7 @@ def test_rows_carry_keys_units_statistics_and_provenance(res):
     assert df["time"].str.match(r"\d{4}-\d\d-\d\dT").all()
 
 
+@pytest.mark.slow
 def test_filters_stage_host_since(res):
     files = results.find_results(res)
     assert set(export.tidy(files, stages=["gemm"])["stage"]) == {"gemm"}
@@ -100,6 +103,7 @@ def test_read_names_a_file_that_is_not_an_export(tmp_path):
         export.read(bad)
 
 
+@pytest.mark.e2e
 def test_snakemake_export_target_follows_the_stage_results(workflow_dir):
     from conftest import planned_rules
 

@@ -142,7 +142,7 @@ def test_compare_one_verdicts_and_tolerance():
 # ---------------------------------------------------------------- real measurements
 
 @pytest.fixture(scope="module")
-def fleet_results(tmp_path_factory) -> tuple[Path, dict]:
+def fleet_results(tmp_path_factory) -> Path:
     """Five hosts measured for real on this machine; 'sick' degraded while it ran."""
     root = tmp_path_factory.mktemp("fleet") / "results"
     reference: dict = {}
@@ -151,12 +151,12 @@ def fleet_results(tmp_path_factory) -> tuple[Path, dict]:
             measure_sick(root, host)
         else:
             measure_healthy(root, host, reference)
-    return root, reference
+    return root
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_fleet_flags_the_degraded_host_and_only_it(fleet_results, capsys):
-    fleet_results, _ = fleet_results
     samples = metmod.find(fleet_results)
     assert set(samples["host"]) == {"node1", "node2", "node3", "node4", "sick"}
     assert samples.groupby(["host", "metric"]).size().min() == 5  # every repetition kept
@@ -168,9 +168,12 @@ def test_fleet_flags_the_degraded_host_and_only_it(fleet_results, capsys):
     assert rc == 1 and "sick" in out and "node1 " not in out.split("suspect hosts")[1]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_baseline_flags_a_real_slowdown_and_passes_an_unchanged_rerun(fleet_results, tmp_path, capsys):
-    fleet_results, reference = fleet_results
+    """A baseline of node1's real run against node2's (another healthy run of this machine, measured
+    in the same session) and the degraded run of 'sick', both chosen with --host: the fleet's own
+    measurements, so no host is measured twice."""
     bdir = tmp_path / "baselines"
     assert cli.main(["baseline", "save", "ref", "--results-dir", str(fleet_results), "--host", "node1",
                      "--baselines-dir", str(bdir)]) == 0
@@ -179,19 +182,17 @@ def test_baseline_flags_a_real_slowdown_and_passes_an_unchanged_rerun(fleet_resu
     assert doc["group"] == "cpu: CPU virtual devices" and len(doc["metrics"]) >= 10
     assert all(e["n"] == 5 and len(e["samples"]) == 5 for e in doc["metrics"].values())
 
-    rerun = tmp_path / "rerun"
-    measure_healthy(rerun, "node1", reference)
     capsys.readouterr()
-    assert cli.main(["compare", "ref", "--results-dir", str(rerun), "--baselines-dir", str(bdir),
-                     "--tolerance", str(CPU_TOLERANCE)]) == 0, capsys.readouterr().out
+    assert cli.main(["compare", "ref", "--results-dir", str(fleet_results), "--host", "node2",
+                     "--baselines-dir", str(bdir), "--tolerance", str(CPU_TOLERANCE)]) == 0, \
+        capsys.readouterr().out
     summary = capsys.readouterr().out.strip().splitlines()[-1]
     assert "against baseline 'ref'" in summary and "regression" not in summary
 
-    slowed = tmp_path / "slowed"
-    measure_sick(slowed, "node1")
     jpath = tmp_path / "cmp.json"
-    rc = cli.main(["compare", "ref", "--results-dir", str(slowed), "--baselines-dir", str(bdir),
-                   "--tolerance", str(CPU_TOLERANCE), "--json", str(jpath)])
+    rc = cli.main(["compare", "ref", "--results-dir", str(fleet_results), "--host", "sick",
+                   "--baselines-dir", str(bdir), "--tolerance", str(CPU_TOLERANCE),
+                   "--json", str(jpath)])
     assert rc == 1
     df = bl.from_json(jpath.read_text())
     reg = df[df["change"] == "regression"]
@@ -306,6 +307,7 @@ def test_health_preset_end_to_end(workflow_dir):
     assert os.path.exists(workflow_dir / "results" / "baseline" / "e2e" / "e2e-ref.json")
 
 
+@pytest.mark.e2e
 def test_cluster_dry_run_one_pinned_health_job_per_node(workflow_dir):
     """Through the SLURM profile: one health job per listed node, pinned with --nodelist, results
     under that node's name, the report after them (h6 runs the real multi-node cluster test)."""

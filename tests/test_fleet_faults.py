@@ -25,7 +25,13 @@ CPU_FLEET = fl.Settings(threshold=3.5, mad_floor=0.2, min_hosts=3)
 GROUP = "cpu: CPU virtual devices"
 
 
-@pytest.mark.parametrize("seed", range(20))
+def seeds(n: int, quick: int = 2) -> list:
+    """Seeds 0..n-1 of a fixture fleet: `make check` runs the first ``quick`` (the logic), `make
+    test` every one (that it holds across noise draws)."""
+    return [s if s < quick else pytest.param(s, marks=pytest.mark.slow) for s in range(n)]
+
+
+@pytest.mark.parametrize("seed", seeds(20))
 def test_exactly_the_degraded_host_is_flagged(tmp_path, seed):
     """20 of 20 seeded fleets of 6 hosts: the degraded one flagged, no other; the noisy neighbour's
     host-side outliers (CPU-side latency, host memcpy) are shown as informational, never flag."""
@@ -49,6 +55,7 @@ def test_fail_on_suspect_ignores_informational_outliers(tmp_path, capsys):
     assert "no suspect host" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_a_host_copied_under_another_label_is_a_named_duplicate_counted_once(tmp_path, capsys):
     import shutil
 
@@ -141,7 +148,7 @@ def test_tolerance_is_the_floor_or_k_times_the_spread_and_is_stated():
     assert bl.compare_one("m", "GB/s", "higher", b, [75, 76, 74, 75, 75], bl.tolerance_for(0.15)).change == "same"
 
 
-@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("seed", seeds(10))
 def test_healthy_runs_compare_same_on_every_gating_metric(tmp_path, capsys, seed):
     """Three healthy runs as the baseline, a fourth healthy run: 'same' on every gating metric and
     exit 0, even when the fourth run's host-side figures swing 2-3.5x (informational)."""
@@ -215,6 +222,7 @@ class CpuQuota:
         self.dir.rmdir()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_a_real_interleaved_fleet_flags_only_the_degraded_host(tmp_path):
     """Real measurements on this (shared) machine: five labelled hosts measure the GEMM stage's own

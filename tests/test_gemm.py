@@ -66,6 +66,7 @@ def test_matmul_mode_turns_tf32_on_only_inside_and_restores():
     assert torch.get_float32_matmul_precision() == before
 
 
+@pytest.mark.slow
 def test_four_gloo_ranks_run_every_algorithm_on_every_grid_and_verify():
     payload = {"backend": "gloo", "transport": "gloo", "sizes": [[37, 29, 41], [64, 48, 80]],
                "dtypes": ["fp32", "bf16"], "algorithms": ["row1d", "summa", "summa_overlap"],
@@ -118,6 +119,7 @@ def stage_result(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_stage_records_measurements_checks_and_what_is_not_applicable(stage_result):
     a = results.read_attrs(stage_result)
     assert a["device_kind"] == "cpu" and a["verdict"] == "pass"
@@ -222,6 +224,7 @@ def test_empty_ranks_measure_the_single_device_only_without_a_launch(tmp_path, m
     assert na.loc["NCCL P2P disabled", "reason"] == "gemm.ranks is empty"
 
 
+@pytest.mark.slow
 def test_gemm_honours_devices_nodes_on_two_loopback_nodes(tmp_path):
     """Two torchrun agents as two nodes of one CPU rank each: P=2 spans both nodes."""
     import threading
@@ -260,6 +263,7 @@ def test_gemm_honours_devices_nodes_on_two_loopback_nodes(tmp_path):
     assert set(results.read_table(outs[0], "placement")["node_rank"]) == {0, 1}
 
 
+@pytest.mark.slow
 def test_report_section_renders_figures_tables_and_headlines(stage_result):
     from gpulab.report.html import Figures
     from gpulab.gemm import section

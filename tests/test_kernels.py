@@ -244,6 +244,7 @@ def test_jobs_on_a_cpu_host_record_no_ids(stage_results):
     assert s["max_kernel_concurrency"] == 1  # run one after the other in this process
 
 
+@pytest.mark.slow
 def test_report_section_renders_cpu_results(stage_results):
     import importlib
 
@@ -451,6 +452,7 @@ def test_kernel_rows_above_the_memory_bandwidth_fail_the_physical_limit():
     assert kbars.physical_checks("cpu", "cpu", div, []) == ([], [])
 
 
+@pytest.mark.slow
 def test_a_kernel_job_imports_no_torch_and_records_its_start_up(tmp_path):
     """Issue 28: an independent job's work is ~0.5 s; importing torch (not used by a numpy or CuPy
     kernel) was most of its wall time. The job runs in a fresh interpreter, as Snakemake starts it,

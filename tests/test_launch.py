@@ -3,6 +3,7 @@ import pytest
 from gpulab import launch
 
 
+@pytest.mark.slow
 def test_two_gloo_ranks_all_reduce_exactly_and_say_where_they_ran():
     res = launch.run_workers("gpulab.launch_check", {"numel": 1000}, nproc=2)
     assert [r["rank"] for r in res] == [0, 1]
@@ -13,6 +14,7 @@ def test_two_gloo_ranks_all_reduce_exactly_and_say_where_they_ran():
     assert len({p["host"] for p in res.placement}) == 1
 
 
+@pytest.mark.slow
 def test_failing_worker_raises_with_its_output():
     with pytest.raises(launch.LaunchError, match="failed on 2 rank"):
         launch.run_workers("gpulab.no_such_worker_module", {}, nproc=2, timeout=120)
@@ -42,6 +44,7 @@ def test_multinode_inside_slurm_allocation_starts_one_agent_per_node(monkeypatch
     assert "--standalone" in launch.launch_cmd("m", [], 2, launch.NodeSpec())
 
 
+@pytest.mark.slow
 def test_a_rank_killed_by_sigkill_is_named_with_its_node_signal_and_own_log(tmp_path):
     """Issue 29: not "failed on 4 rank(s) (exit 1)" but which rank, where, how, and its last words,
     in the first line of the error and so in the failed check's (500-character) note."""

@@ -43,6 +43,7 @@ def _env(mark: str, **extra) -> dict:
             "PYTHONPATH": os.pathsep.join([src, str(FIXTURES / "lifetime")])}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["SIGINT", "SIGKILL"])
 def test_stage_interrupted_during_a_launch_leaves_no_rank(tmp_path, how):
     """A rank that ignores Ctrl-C (blocked in a collective) still ends when its stage ends."""
@@ -86,6 +87,7 @@ def test_job_stops_when_its_snakemake_process_is_killed(tmp_path):
     assert _gone_within(mark, 15) == []
 
 
+@pytest.mark.slow
 def test_isolated_phase_dies_with_its_stage():
     mark = uuid.uuid4().hex
     code = "import time; from gpulab.transfer.isolate import run_isolated; run_isolated(time.sleep, 300)"
@@ -117,6 +119,7 @@ def test_stale_snakemake_locks_are_removed_only_when_no_run_is_alive(tmp_path):
     assert run() == "1" and not (locks / "0.input.lock").exists()
 
 
+@pytest.mark.slow
 def test_sigterm_to_a_multi_process_stage_stops_its_ranks_and_leaves_no_file(tmp_path):
     """How Snakemake stops a job: SIGTERM to the stage process alone. The stage unwinds (the
     shared handler in gpulab.stage), stops the ranks it launched and exits 143 with no file."""

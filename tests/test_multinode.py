@@ -28,6 +28,7 @@ def _run_nodes(nnodes: int, nproc: int, payload: dict, start: range | None = Non
     return outs
 
 
+@pytest.mark.slow
 def test_two_loopback_nodes_match_one_node_and_node_0_holds_every_rank():
     payload = {"numel": 2048}
     single = launch.run_workers("gpulab.launch_check", payload, nproc=4)
@@ -43,6 +44,7 @@ def test_two_loopback_nodes_match_one_node_and_node_0_holds_every_rank():
     assert [p["local_rank"] for p in multi.placement] == [0, 1, 0, 1]
 
 
+@pytest.mark.slow
 def test_a_node_that_never_joins_fails_the_others_within_the_join_timeout(monkeypatch):
     monkeypatch.setenv("GPULAB_JOIN_TIMEOUT_S", "5")
     t0 = time.monotonic()

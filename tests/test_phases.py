@@ -48,6 +48,7 @@ def test_a_stage_result_lists_its_phases(tmp_path):
     assert got["the benchmark"]["seconds"] >= 0.02 and a["run_s"] >= 0.02
 
 
+@pytest.mark.slow
 def test_an_isolated_process_reports_its_start_up_apart_from_its_work():
     from gpulab.transfer.isolate import run_isolated
 

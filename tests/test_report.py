@@ -190,6 +190,7 @@ def _section(html: str, sid: str) -> str:
     return m.group(1)
 
 
+@pytest.mark.slow
 def test_report_has_the_chapters_of_a_paper(built):
     b, _ = built
     assert b.errors == []
@@ -244,6 +245,7 @@ def test_provenance_lists_every_result(built, two_hosts):
     assert commit[:12] in prov and "torch" in prov and "2.13.0" in prov
 
 
+@pytest.mark.slow
 def test_a_failing_section_becomes_an_error_box(two_hosts, fake_section):
     fake_section(broken="render")
     b = build_report(two_hosts, "t")
@@ -254,6 +256,7 @@ def test_a_failing_section_becomes_an_error_box(two_hosts, fake_section):
     assert 'name="gpulab-section-errors" content="1"' in b.html
 
 
+@pytest.mark.slow
 def test_failing_headlines_and_empty_render_are_reported(two_hosts, fake_section):
     fake_section(broken="headlines")
     b = build_report(two_hosts, "t")
@@ -264,6 +267,7 @@ def test_failing_headlines_and_empty_render_are_reported(two_hosts, fake_section
     assert b.errors == ["section 'fakebench', render: returned no HTML"]
 
 
+@pytest.mark.slow
 def test_cli_strict_exit_status_and_missing_input(two_hosts, fake_section, tmp_path):
     root = two_hosts[0].parents[1]
     out = tmp_path / "r.html"
@@ -290,6 +294,7 @@ def test_real_sections_follow_the_contract():
         assert not hasattr(mod, "references") or callable(mod.references), name
 
 
+@pytest.mark.slow
 def test_real_probe_section_renders_this_host(tmp_path, monkeypatch):
     monkeypatch.setenv("GPULAB_HOST", "thishost")
     info = probe.collect()
@@ -299,6 +304,7 @@ def test_real_probe_section_renders_this_host(tmp_path, monkeypatch):
     assert info["host"]["cpu_model"] in _section(b.html, "system")
 
 
+@pytest.mark.slow
 def test_other_hdf5_files_under_results_are_not_reported(two_hosts, tmp_path):
     import h5py
 
@@ -308,6 +314,7 @@ def test_other_hdf5_files_under_results_are_not_reported(two_hosts, tmp_path):
     assert b.errors == [] and 'id="stage-' not in b.html and "trainset.h5" not in b.html
 
 
+@pytest.mark.slow
 def test_no_results_still_gives_a_report():
     b = build_report([], "empty")
     assert b.errors == [] and "No probe result" in b.html and "No result files" in b.html
@@ -347,6 +354,7 @@ def test_pdf_pages_have_text_and_the_figures(built, tmp_path):
     assert "Test report" in first and "Abstract" in first
 
 
+@pytest.mark.slow
 def test_without_chromium_the_pdf_is_refused_clearly(monkeypatch, tmp_path, two_hosts):
     monkeypatch.setenv("GPULAB_CHROMIUM", "")
     assert browser.find_chromium() is None
@@ -450,6 +458,7 @@ def outline(html: str) -> dict:
             "errors": re.findall(r'<div class="section-error">.*?</div>', html)}
 
 
+@pytest.mark.slow
 def test_a_report_from_fragments_is_the_monolithic_report(two_hosts, fake_section, tmp_path, monkeypatch):
     from gpulab.report import fragments
 
@@ -472,6 +481,7 @@ def test_a_report_from_fragments_is_the_monolithic_report(two_hosts, fake_sectio
         assert (tmp_path / "parts" / p.name).read_bytes() == p.read_bytes(), p.name
 
 
+@pytest.mark.slow
 def test_a_fragment_of_other_results_or_unreadable_is_rendered_again(two_hosts, fake_section, tmp_path):
     from gpulab.report import fragments
 
@@ -497,6 +507,7 @@ def test_fragment_plan_reruns_a_fragment_on_its_own_results_only():
                                      "results/kernels/h/b.h5"]
 
 
+@pytest.mark.slow
 def test_chapters_after_the_abstract_come_in_order_and_a_broken_one_is_boxed(two_hosts, fake_section,
                                                                             monkeypatch):
     import gpulab.report as rep

@@ -1,38 +1,29 @@
 """The report rule end to end in a private copy of the workflow: HTML, figures, PDF (where Chromium
 is installed), another host's results side by side, and `snakemake --report` with categories.
 
-Only the probe and the report run here (config report.stages: [probe]), so this stays fast;
-tests/test_workflow.py runs the whole pipeline.
+Only the probe and the report run here (config report.stages: [probe], the session's
+probe_report_run of tests/conftest.py), so this stays fast; tests/test_workflow.py runs the whole
+pipeline.
 """
 from __future__ import annotations
 
 import re
 
 import pytest
-import yaml
 
-from conftest import copy_workflow, snakemake
-from gpulab import probe, results
+from conftest import CPU_ENV as ENV
+from conftest import copy_run, snakemake
+from gpulab import results
 from gpulab.report import browser
 
 pytestmark = pytest.mark.e2e
-ENV = {"GPULAB_HOST": "testhost", "GPULAB_GPU_POOL": ""}
 
 
 @pytest.fixture(scope="module")
-def report_run(tmp_path_factory):
-    wf = copy_workflow(tmp_path_factory.mktemp("report") / "wf")
-    cfg_path = wf / "config.yaml"
-    cfg = yaml.safe_load(cfg_path.read_text())
-    cfg.setdefault("report", {})["stages"] = ["probe"]
-    cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    # Another host's probe result, copied into results/ as a user would: it must appear beside ours.
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("GPULAB_HOST", "otherhost")
-        results.write(probe.build_result("probe", "main", {"gpus": "all"}, probe.collect()),
-                      wf / "results" / "probe" / "otherhost.h5")
-    snakemake(wf, "--cores", "2", env=ENV)
-    return wf
+def report_run(probe_report_run, tmp_path_factory):
+    """The session's probe + report run (another host's probe beside ours), copied: the last tests
+    here leave the PDF target to rules that refuse."""
+    return copy_run(probe_report_run, tmp_path_factory.mktemp("report") / "wf")
 
 
 def test_rule_writes_html_with_both_hosts_and_figures(report_run):

@@ -164,6 +164,7 @@ def _start_job(env_extra, hold_s=2.0):
     ({"CUDA_VISIBLE_DEVICES": "0,1", "FAKE_NVML_UUIDS": "GPU-a0,GPU-a1"},
      {"CUDA_VISIBLE_DEVICES": "2,3", "FAKE_NVML_UUIDS": "GPU-x,GPU-y,GPU-a1,GPU-a0"}, True),
 ])
+@pytest.mark.slow
 def test_two_jobs_starting_at_once_wait_only_when_they_share_a_physical_gpu(
         fake_nvml, a_env, b_env, share):
     jobs = [_start_job(a_env), _start_job(b_env)]

@@ -154,6 +154,7 @@ def test_ordered_bits_preserve_float_order():
     assert np.array_equal(np.argsort(u, kind="stable"), np.argsort(x, kind="stable"))
 
 
+@pytest.mark.slow
 def test_stage_writes_verified_tables_and_bars(tmp_path):
     from gpulab.sort import run
     from gpulab.stage import stage_main

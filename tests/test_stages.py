@@ -62,6 +62,7 @@ def test_report_order_and_section_modules_come_from_the_registry():
         assert mod is not None and mod.__name__ == spec.section_module(), spec.name
 
 
+@pytest.mark.slow
 def test_schemas_are_read_from_an_installed_wheel(tmp_path):
     """Built from a copy (pip builds in the source tree) and imported straight from the zip."""
     pkg = tmp_path / "pkg"
@@ -90,6 +91,7 @@ def _imported_at_parse_time(stderr: str) -> set[str]:
             if line.startswith("import time:") and "|" in line}
 
 
+@pytest.mark.slow
 def test_lint_parses_without_the_plotting_stack_and_finds_only_the_conda_advice(workflow_dir):
     p = subprocess.run([sys.executable, "-X", "importtime", "-m", "snakemake", "--lint"],
                        cwd=workflow_dir, capture_output=True, text=True, timeout=300,

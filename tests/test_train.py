@@ -69,6 +69,7 @@ def _checks_pass(path):
     return chk
 
 
+@pytest.mark.slow
 def test_single_variant_trains_and_records_every_strategy(stage):
     p = stage["single"]
     tp = results.read_table(p, "throughput")
@@ -87,6 +88,7 @@ def test_single_variant_trains_and_records_every_strategy(stage):
     assert mlp[-5:].mean() < mlp[:5].mean() - 0.3  # it really learns the digits
 
 
+@pytest.mark.slow
 def test_single_variant_records_the_energy_of_a_training_step(tmp_path, digits, monkeypatch):
     """The single variant's energy table: one row per model, not applicable (with the reason)
     without a meter, J/sample with one; the timed training is the same either way; findings,
@@ -131,6 +133,7 @@ def test_single_variant_records_the_energy_of_a_training_step(tmp_path, digits, 
                      "throughput": "samples/s", "efficiency": "samples/J", "per_op": "J/sample"}
 
 
+@pytest.mark.slow
 def test_freezing_stops_updates_of_the_feature_layers(digits):
     cfg = stage_settings("train", **TINY)
     ds = data.open_digits(digits)
@@ -145,6 +148,7 @@ def test_freezing_stops_updates_of_the_feature_layers(digits):
     assert not all(torch.equal(a, b) for a, b in zip(head, model.seq2.parameters()))
 
 
+@pytest.mark.slow
 def test_ddp_matches_single_device_and_sweeps_every_axis(stage):
     p = stage["ddp"]
     chk = _checks_pass(p)
@@ -170,6 +174,7 @@ def test_ddp_matches_single_device_and_sweeps_every_axis(stage):
     assert bars["note"].str.contains("CPU virtual devices").all()
 
 
+@pytest.mark.slow
 def test_lr_scaling_rule_with_warmup(stage):
     lr = results.read_table(stage["ddp"], "lr_scaling")
     w = lr[lr["setting"] == "lr x N + warm-up"].sort_values("step")["lr"].to_numpy()
@@ -178,6 +183,7 @@ def test_lr_scaling_rule_with_warmup(stage):
     assert np.isfinite(lr["loss"]).all()
 
 
+@pytest.mark.slow
 def test_pipeline_matches_unsplit_model_and_measures_the_bubble(stage):
     p = stage["pipeline"]
     _checks_pass(p)
@@ -200,6 +206,7 @@ def test_pipeline_matches_unsplit_model_and_measures_the_bubble(stage):
 
 
 
+@pytest.mark.slow
 def test_tensor_parallel_matches_unsplit_and_shards_parameters(stage):
     p = stage["tensor"]
     _checks_pass(p)
@@ -208,6 +215,7 @@ def test_tensor_parallel_matches_unsplit_and_shards_parameters(stage):
     assert t.loc["unsplit", "speedup"] == pytest.approx(1.0)
 
 
+@pytest.mark.slow
 def test_one_device_still_runs_model_parallel_code_paths(tmp_path, digits):
     cfg = {**TINY, "schedules": ["gpipe"], "microbatches": [2]}
     p = _run("pipeline", tmp_path, digits, cfg, cpu_devices=1)
@@ -254,6 +262,7 @@ def test_models_split_and_shard_consistently():
     assert len(plan) == 3 * 6 and "layers.1.attn.q" in plan and "layers.3.fc2" in plan
 
 
+@pytest.mark.slow
 def test_report_section_renders_every_variant(stage):
     from gpulab.report.html import Figures
     from gpulab.train import section
@@ -267,6 +276,7 @@ def test_report_section_renders_every_variant(stage):
     assert "(p&minus;1)/(m+p&minus;1)" in section.METHODS and section.TITLE
 
 
+@pytest.mark.slow
 def test_bad_inputs_fail_clearly(tmp_path, digits):
     with pytest.raises(cfgmod.ConfigError, match="pipeline_batch=10 is not divisible by "
                                                  r"train.microbatches \[4\]"):
@@ -283,6 +293,7 @@ def test_bad_inputs_fail_clearly(tmp_path, digits):
         models.GPTConfig(vocab=16, seq_len=8, d_model=10, n_heads=4, n_layers=2)
 
 
+@pytest.mark.slow
 def test_script_help():
     out = subprocess.run([sys.executable, str(REPO / "scripts/train.py"), "--help"],
                          capture_output=True, text=True, check=True).stdout
@@ -328,6 +339,7 @@ def test_model_parallel_bars_fail_on_a_degraded_measurement():
     assert tables._bubble_bar("b", 0.25, 0.2, 0.10, "").verdict == "pass"
 
 
+@pytest.mark.slow
 def test_failed_and_crashed_checks_fail_the_variant(tmp_path, digits, monkeypatch):
 
     def crash(*args, **kwargs):
@@ -348,6 +360,7 @@ def test_single_process_timers_wait_for_every_device_used(monkeypatch):
     assert loop.sync_fn([torch.device("cpu")]) is None
 
 
+@pytest.mark.slow
 def test_tensor_parallel_on_three_devices_uses_the_largest_divisor_of_the_heads(tmp_path, digits):
     """n_heads=2 over 3 devices: 2 ranks, and the third device is recorded as not applicable."""
     cfg = {**TINY, "tensor_batches": [4]}

@@ -88,6 +88,7 @@ def test_helpers_for_gpu_parts():
     assert split_bytes(n, 0.0) == 0
 
 
+@pytest.mark.slow
 def test_isolated_phase_runs_in_a_fresh_process_and_reports_errors(monkeypatch):
     monkeypatch.setenv("GPULAB_TEST_MARK", "x")
     # builtins / os functions: the spawned child needs no test-module import to unpickle them
@@ -129,6 +130,7 @@ def cpu_result(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_cpu_run_writes_matrices_tables_and_not_applicable_records(cpu_result):
     a = results.read_attrs(cpu_result)
     assert a["device_kind"] == "cpu" and a["device_count"] == 2 and "read+write" in a["conventions"]
@@ -333,6 +335,7 @@ def test_spin_kernel_timeouts_are_retried_then_fail_the_check():
     assert [c.verdict for c in bars.spin_checks({"p2p_sweep": table})] == ["fail", "pass"]
 
 
+@pytest.mark.slow
 def test_report_section_renders_cpu_and_gpu_results(cpu_result, gpu_result):
     import importlib
 
