@@ -129,3 +129,45 @@ def test_limits_unknown_or_partial_name_is_not_applicable_naming_it():
         assert not lim.known and repr(name) in lim.reason, name
     names = [n for m in limits.table()["models"] for n in m["names"]]
     assert len(names) == len(set(names))  # one model per driver name
+
+
+def _verdict_literals(path) -> list[str]:
+    """Where a module spells a verdict as a string: 'pass'/'fail' anywhere as a whole string, and
+    'not_applicable' beside a comparison (elsewhere it is also the name of a table)."""
+    import io
+    import tokenize
+
+    toks = [t for t in tokenize.generate_tokens(io.StringIO(path.read_text()).readline)
+            if t.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT)]
+    comparisons = {"==", "!=", "in", "not"}
+    hits = []
+    for i, t in enumerate(toks):
+        if t.type != tokenize.STRING:
+            continue
+        value = t.string.strip("'\"")
+        if t.string[:1] not in "'\"" or value not in outcomes.VERDICTS:
+            continue  # prefixed strings (f"...") and other values
+        near = {toks[j].string for j in (i - 1, i + 1) if 0 <= j < len(toks)}
+        if value != "not_applicable" or near & comparisons:
+            hits.append(f"{path}:{t.start[0]}: {t.line.strip()}")
+    return hits
+
+
+def test_verdicts_are_compared_as_members_outside_outcomes():
+    """A verdict spelled as a literal drifts from the vocabulary unseen (a typo compares False)."""
+    from pathlib import Path
+
+    import gpulab
+
+    root = Path(gpulab.__file__).parent
+    hits = [h for p in sorted(root.rglob("*.py")) if p.name != "outcomes.py" or p.parent != root
+            for h in _verdict_literals(p)]
+    assert not hits, "verdict literals outside gpulab.outcomes:\n" + "\n".join(hits)
+
+
+def test_verdict_literal_scan_finds_a_comparison(tmp_path):
+    """The scan above is not vacuous: it finds each kind of literal it forbids."""
+    f = tmp_path / "m.py"
+    f.write_text('ok = v == "pass"\nx = v in ("fail",)\ny = v != "not_applicable"\n'
+                 'tables = ("bars", "not_applicable")\n')
+    assert [h.split(": ", 1)[0].rsplit(":", 1)[1] for h in _verdict_literals(f)] == ["1", "2", "3"]

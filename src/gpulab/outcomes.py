@@ -53,6 +53,8 @@ class Verdict(str, Enum):
 
 
 VERDICTS = tuple(v.value for v in Verdict)
+# The verdicts that judged something (a bar or check that was not not_applicable).
+JUDGED = (Verdict.PASS, Verdict.FAIL)
 
 
 def combine(verdicts: Iterable[Verdict | str]) -> Verdict:

@@ -17,7 +17,7 @@ import pandas as pd
 from gpulab import config, launch, outcomes
 from gpulab.collectives import assemble, formulas, library, nccltests
 from gpulab.collectives import variants as variantmod
-from gpulab.outcomes import Check, NotApplicable
+from gpulab.outcomes import Check, NotApplicable, Verdict
 
 log = logging.getLogger("gpulab.collectives")
 WORKER = "gpulab.collectives.worker"
@@ -177,7 +177,7 @@ def run(ctx) -> "results.Result":  # noqa: F821 - gpulab.results.Result
         result.add_table("bars", outcomes.bars_frame(assemble.bars(algs, kind, n, ref, note, link)))
     result.add_table("checks", outcomes.checks_frame(checks))
     result.add_table("not_applicable", outcomes.not_applicable_frame(skipped))
-    wrong = [c for c in checks if c.verdict == "fail"]
+    wrong = [c for c in checks if c.verdict == Verdict.FAIL]
     if wrong:
         log.error("collectives/%s: WRONG RESULTS: %s", variant.name,
                   "; ".join(f"{c.case} ({c.value:g} wrong)" for c in wrong))

@@ -11,6 +11,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from gpulab import limits, results  # noqa: E402
+from gpulab.outcomes import Verdict  # noqa: E402
 from gpulab.report.frames import checks_summary  # noqa: E402
 from gpulab.report.html import Figures, esc, note  # noqa: E402
 
@@ -197,7 +198,7 @@ def _bar_verdict(files: list[Path], host: str) -> str:
     if bars.empty:
         return ""
     b = bars[(bars["host"] == host) & (bars["variant"] == "default")
-             & (bars["verdict"] != "not_applicable") & bars["bar"].str.startswith("library")]
+             & (bars["verdict"] != Verdict.NOT_APPLICABLE) & bars["bar"].str.startswith("library")]
     if b.empty:
         return ""
     r = b.iloc[0]

@@ -10,7 +10,7 @@ import torch
 
 from gpulab import launch, outcomes, plausible
 from gpulab.gemm import energy, numerics, scaling, single
-from gpulab.outcomes import Check, NotApplicable
+from gpulab.outcomes import Check, NotApplicable, Verdict
 from gpulab.stage import StageContext
 
 log = logging.getLogger("gpulab.gemm")
@@ -181,7 +181,7 @@ def run(ctx: StageContext):
     result.add_table("bars", outcomes.bars_frame(bars))
     result.add_table("checks", outcomes.checks_frame(checks))
     result.add_table("not_applicable", outcomes.not_applicable_frame(skipped))
-    failed = [c for c in checks if c.verdict == "fail"]
+    failed = [c for c in checks if c.verdict == Verdict.FAIL]
     if failed:
         log.error("gemm: %d of %d checks failed: %s", len(failed), len(checks),
                   "; ".join(f"{c.check} [{c.case}]" for c in failed[:5]))

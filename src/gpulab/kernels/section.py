@@ -229,7 +229,7 @@ def headlines(files: list[Path]) -> list[str]:
         big = d[d["size_bytes"] == d["size_bytes"].max()]
         best = big[big.variant != "copy"].sort_values("gbps").iloc[-1]
         copy = big[big.variant == "copy"].iloc[0]
-        failed = "" if a.get("verdict") != "fail" else f" FAILED: {a.get('verdict_summary')}."
+        failed = "" if a.get("verdict") != outcomes.Verdict.FAIL else f" FAILED: {a.get('verdict_summary')}."
         out.append(f"Divide kernel ({best.variant}) on {a.get('device_name')}: {best.gbps:.1f} GB/s "
                    f"(read+write), {100 * best.fraction_of_copy:.0f}% of a same-size copy "
                    f"({copy.gbps:.1f} GB/s).{failed}")

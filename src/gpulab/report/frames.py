@@ -7,6 +7,7 @@ from typing import Callable
 import pandas as pd
 
 from gpulab import results
+from gpulab.outcomes import Verdict
 
 # The columns of a collected ``bars`` table a section shows.
 BAR_SHOWN = ["host", "bar", "measured", "reference", "ratio", "threshold", "unit", "verdict",
@@ -43,8 +44,8 @@ def checks_summary(files: list[Path], what: str = "checks verified") -> str:
     checks = results.collect(files, "checks")
     if checks.empty:
         return "No checks recorded."
-    judged = checks[checks["verdict"] != "not_applicable"]
-    failed = judged[judged["verdict"] == "fail"]
+    judged = checks[checks["verdict"] != Verdict.NOT_APPLICABLE]
+    failed = judged[judged["verdict"] == Verdict.FAIL]
     text = f"{len(judged) - len(failed)} of {len(judged)} {what}"
     if len(failed):
         # A crash names its cause (e.g. the launch's first failing rank, its signal and log).

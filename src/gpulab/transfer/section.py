@@ -232,8 +232,8 @@ def render(files: list[Path], figs: Figures) -> str:
                                     "threshold; not_applicable with the reason."))
         if outcomes.CHECKS in tabs:
             ch = results.read_table(f, outcomes.CHECKS)
-            shown = ch[(ch.check != "copy verified") | (ch.verdict != "pass")]
-            shown = shown[(shown.check != "spin kernel held the stream") | (shown.verdict != "pass")]
+            shown = ch[(ch.check != "copy verified") | (ch.verdict != outcomes.Verdict.PASS)]
+            shown = shown[(shown.check != "spin kernel held the stream") | (shown.verdict != outcomes.Verdict.PASS)]
             if len(shown):
                 parts.append(figs.table(shown, f"Checks on {_host(f)} (harness overhead = gpulab's call "
                                                "path vs torch on the same copy: framework overhead, not a "
@@ -304,7 +304,7 @@ def headlines(files: list[Path]) -> list[str]:
     out = []
     for f in files:
         a = results.read_attrs(f)
-        failed = "" if a.get("verdict") != "fail" else f" FAILED: {a.get('verdict_summary')}."
+        failed = "" if a.get("verdict") != outcomes.Verdict.FAIL else f" FAILED: {a.get('verdict_summary')}."
         if a.get("device_kind") == "cuda":
             gpu = (a.get("gpu_names") or ["GPU"])[0]
             s = (f"Same-device copy: {_diag(f, 'uni_ce_p2p_enabled_GBps'):.0f} GB/s (read+write) on {gpu}"
