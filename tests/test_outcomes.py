@@ -171,3 +171,21 @@ def test_verdict_literal_scan_finds_a_comparison(tmp_path):
     f.write_text('ok = v == "pass"\nx = v in ("fail",)\ny = v != "not_applicable"\n'
                  'tables = ("bars", "not_applicable")\n')
     assert [h.split(": ", 1)[0].rsplit(":", 1)[1] for h in _verdict_literals(f)] == ["1", "2", "3"]
+
+
+def test_reference_rows_round_trip_through_a_frame_and_the_report_check():
+    from gpulab.report.references import normalize_references
+
+    rows = [outcomes.Reference.of("copy GB/s", 500.0, 1000.0, "seed A5000"),
+            outcomes.Reference.of("no reference", 3.0, float("nan"), "datasheet"),
+            outcomes.Reference.of_bar("peak (h200)", Bar.measure("peak", 80, 100, source="datasheet",
+                                                                 threshold=0.7, unit="TFLOP/s"))]
+    df = outcomes.references_frame(rows)
+    assert list(df.columns) == outcomes.REFERENCE_COLUMNS == ["metric", "measured", "reference",
+                                                              "source", "fraction"]
+    assert df["fraction"].iloc[0] == 0.5 and math.isnan(df["fraction"].iloc[1])
+    assert df["fraction"].iloc[2] == pytest.approx(0.8)
+    back = [outcomes.Reference(**r) for r in normalize_references(df).to_dict("records")]
+    assert [r.metric for r in back] == [r.metric for r in rows]
+    assert back[0] == rows[0] and back[2] == rows[2]
+    assert outcomes.references_frame([]).columns.tolist() == outcomes.REFERENCE_COLUMNS

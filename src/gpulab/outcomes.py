@@ -8,6 +8,9 @@ A stage states what it verified and how fast it was in three tables of the same 
   :class:`Check` rows. A crashed case is a failed check (:meth:`Check.crashed`).
 - ``not_applicable``: what was not measured here, and why. :class:`NotApplicable` rows.
 
+A section compares its figures with figures from elsewhere that carry no threshold in
+:class:`Reference` rows (the report's comparison chapter).
+
 Every verdict is one of exactly three values (:class:`Verdict`). The root attribute ``verdict`` of a
 result file is the overall verdict (:func:`overall`): ``fail`` if any check or bar failed or any
 case crashed, ``pass`` if something passed, ``not_applicable`` if nothing could be judged;
@@ -158,9 +161,34 @@ class NotApplicable:
     reason: str
 
 
+@dataclass
+class Reference:
+    """A measured figure beside a figure from elsewhere, with no threshold and so no verdict (the
+    seed's RTX A5000 numbers, a datasheet limit, another tool): a row of a section's
+    ``references``. ``fraction`` = measured / reference (:meth:`of`), or a bar's own ratio."""
+
+    metric: str
+    measured: float
+    reference: float
+    source: str
+    fraction: float = float("nan")
+
+    @classmethod
+    def of(cls, metric: str, measured, reference, source: str) -> "Reference":
+        m = float(measured) if _finite(measured) else float("nan")
+        r = float(reference) if _finite(reference) else float("nan")
+        return cls(metric, m, r, source, m / r if r != 0 else float("nan"))
+
+    @classmethod
+    def of_bar(cls, metric: str, bar) -> "Reference":
+        """A bar row (a :class:`Bar` or a row of a ``bars`` table) as a reference, its ratio kept."""
+        return cls(metric, bar.measured, bar.reference, bar.source, bar.ratio)
+
+
 BAR_COLUMNS = [f.name for f in fields(Bar)]
 CHECK_COLUMNS = [f.name for f in fields(Check)]
 NOT_APPLICABLE_COLUMNS = [f.name for f in fields(NotApplicable)]
+REFERENCE_COLUMNS = [f.name for f in fields(Reference)]
 
 
 def _frame(rows, columns: list[str], cls) -> pd.DataFrame:
@@ -188,6 +216,10 @@ def checks_frame(rows: Iterable[Check]) -> pd.DataFrame:
 
 def not_applicable_frame(rows: Iterable[NotApplicable]) -> pd.DataFrame:
     return _frame(rows, NOT_APPLICABLE_COLUMNS, NotApplicable)
+
+
+def references_frame(rows: Iterable[Reference]) -> pd.DataFrame:
+    return _frame(rows, REFERENCE_COLUMNS, Reference)
 
 
 def overall(tables: Mapping[str, pd.DataFrame]) -> dict:

@@ -11,7 +11,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from gpulab import limits, results  # noqa: E402
-from gpulab.outcomes import Verdict  # noqa: E402
+from gpulab.outcomes import Reference, Verdict, references_frame  # noqa: E402
 from gpulab.report.frames import checks_summary  # noqa: E402
 from gpulab.report.html import Figures, esc, note  # noqa: E402
 
@@ -247,20 +247,17 @@ def references(files: list[Path]) -> pd.DataFrame:
         where = f"{_label(a)}, {lib['bytes'] / 2**20:.4g} MiB"
         nccl = a.get("nccl_tests")
         if isinstance(nccl, dict):
-            rows.append({"metric": f"library all-reduce busbw ({where})",
-                         "measured": lib["busbw_GBps"], "reference": nccl["ip_busbw_GBps"],
-                         "source": "nccl-tests all_reduce_perf (median over cycles), same job"})
+            rows.append(Reference.of(f"library all-reduce busbw ({where})", lib["busbw_GBps"],
+                                     nccl["ip_busbw_GBps"],
+                                     "nccl-tests all_reduce_perf (median over cycles), same job"))
         if a.get("device_kind") == "cuda":
             lim = limits.nvlink_bandwidth(str(a.get("device_name", "")))
             if lim.known:
-                rows.append({"metric": f"library all-reduce busbw ({where})",
-                             "measured": lib["busbw_GBps"], "reference": lim.value,
-                             "source": lim.source})
+                rows.append(Reference.of(f"library all-reduce busbw ({where})",
+                                         lib["busbw_GBps"], lim.value, lim.source))
         ring = _at_largest(algs, algorithm="ring")
         if ring is not None:
-            rows.append({"metric": f"hand-written ring all-reduce busbw ({where})",
-                         "measured": ring["busbw_GBps"], "reference": lib["busbw_GBps"],
-                         "source": "library all-reduce, same run"})
-    df = pd.DataFrame(rows, columns=["metric", "measured", "reference", "source"])
-    df["fraction"] = df["measured"] / df["reference"]
-    return df
+            rows.append(Reference.of(f"hand-written ring all-reduce busbw ({where})",
+                                     ring["busbw_GBps"], lib["busbw_GBps"],
+                                     "library all-reduce, same run"))
+    return references_frame(rows)

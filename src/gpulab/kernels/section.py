@@ -253,13 +253,11 @@ def references(files: list[Path]) -> pd.DataFrame:
         if a.get("device_kind") != "cuda":
             continue
         for b in results.read_table(f, outcomes.BARS).itertuples():
-            if "datasheet" in b.bar and b.verdict != outcomes.Verdict.NOT_APPLICABLE.value:
-                rows.append({"metric": f"{b.bar} ({b.unit}, read+write)", "measured": b.measured,
-                             "reference": b.reference, "source": b.source, "fraction": b.ratio})
+            if "datasheet" in b.bar and b.verdict != outcomes.Verdict.NOT_APPLICABLE:
+                rows.append(outcomes.Reference.of_bar(f"{b.bar} ({b.unit}, read+write)", b))
         d = results.read_table(f, "divide")
         copy = float(d[(d.variant == "copy") & (d.size_bytes == d.size_bytes.max())]["gbps"].iloc[0])
-        rows.append({"metric": "same-device copy (GB/s, read+write)", "measured": copy,
-                     "reference": A5000_D2D_GBPS,
-                     "source": "seed: RTX A5000 p2pBandwidthLatencyTest diagonal (read+write)",
-                     "fraction": copy / A5000_D2D_GBPS})
-    return pd.DataFrame(rows, columns=["metric", "measured", "reference", "source", "fraction"])
+        rows.append(outcomes.Reference.of(
+            "same-device copy (GB/s, read+write)", copy, A5000_D2D_GBPS,
+            "seed: RTX A5000 p2pBandwidthLatencyTest diagonal (read+write)"))
+    return outcomes.references_frame(rows)

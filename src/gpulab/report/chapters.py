@@ -160,7 +160,7 @@ def comparison(frags: list[Fragment], files: list[Path],
     else:
         parts.append(note("No stage compared its numbers with reference figures yet."))
     parts.append(_fraction_figure(bars, pd.concat(keyed, ignore_index=True) if keyed
-                                  else pd.DataFrame(columns=refs.REFERENCE_COLUMNS + ["stage"]), figs))
+                                  else pd.DataFrame(columns=outcomes.REFERENCE_COLUMNS + ["stage"]), figs))
 
     parts.append(f"<h3>{number}.3 Datasheet limits</h3>")
     ds = refs.datasheets()

@@ -7,7 +7,7 @@ from typing import Callable
 import pandas as pd
 
 from gpulab import results
-from gpulab.outcomes import Verdict
+from gpulab.outcomes import Reference, Verdict, references_frame
 
 # The columns of a collected ``bars`` table a section shows.
 BAR_SHOWN = ["host", "bar", "measured", "reference", "ratio", "threshold", "unit", "verdict",
@@ -58,10 +58,5 @@ def checks_summary(files: list[Path], what: str = "checks verified") -> str:
 
 def bar_references(bars: pd.DataFrame) -> pd.DataFrame:
     """A section's ``references`` rows from its collected ``bars`` (those with a reference)."""
-    cols = ["metric", "measured", "reference", "source", "fraction"]
-    if bars.empty:
-        return pd.DataFrame(columns=cols)
-    b = bars[bars["reference"].notna()]
-    return pd.DataFrame({"metric": b["bar"] + " (" + b["host"] + ")", "measured": b["measured"],
-                         "reference": b["reference"], "source": b["source"],
-                         "fraction": b["ratio"]}, columns=cols)
+    b = bars[bars["reference"].notna()] if not bars.empty else bars
+    return references_frame(Reference.of_bar(f"{r.bar} ({r.host})", r) for r in b.itertuples())

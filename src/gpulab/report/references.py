@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from gpulab import limits
+from gpulab.outcomes import REFERENCE_COLUMNS
 
 A5000_P2P_FILE = "p2pBandwidthLatencyTest_a5000.txt"
 A5000_SOURCE = "seed notes: p2pBandwidthLatencyTest, 2x RTX A5000 + NVLink 3"
@@ -128,14 +129,12 @@ def a5000_p2p_summary() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-REFERENCE_COLUMNS = ["metric", "measured", "reference", "source", "fraction"]
-
-
 def normalize_references(df: pd.DataFrame) -> pd.DataFrame:
-    """A section's ``references`` table checked and completed (fraction = measured / reference)."""
+    """A section's ``references`` table (:class:`gpulab.outcomes.Reference` rows) checked and
+    completed (fraction = measured / reference where a row has none)."""
     if not isinstance(df, pd.DataFrame):
         raise TypeError(f"references() must return a DataFrame, got {type(df).__name__}")
-    missing = [c for c in ("metric", "measured", "reference", "source") if c not in df.columns]
+    missing = [c for c in REFERENCE_COLUMNS if c != "fraction" and c not in df.columns]
     if missing:
         raise ValueError(f"references() table lacks column(s) {missing} (has {list(df.columns)})")
     df = df.copy()

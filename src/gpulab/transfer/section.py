@@ -332,15 +332,14 @@ def references(files: list[Path]) -> pd.DataFrame:
 
         def ref(metric, measured, reference, source):
             if not (math.isnan(measured) or math.isnan(reference)):
-                rows.append({"metric": f"{metric} [{host}]", "measured": measured, "reference": reference,
-                             "source": source, "fraction": measured / reference})
+                rows.append(outcomes.Reference.of(f"{metric} [{host}]", measured, reference, source))
 
         same = _diag(f, "uni_ce_p2p_enabled_GBps")
         seed = "seed p2pBandwidthLatencyTest, RTX A5000"
         ref("same-device copy GB/s (read+write)", same, _diag(f, "ref_a5000_uni_ce_p2p_enabled_GBps"), seed)
         if outcomes.BARS in _tables(f):
             for b in results.read_table(f, outcomes.BARS).itertuples():
-                if b.verdict != outcomes.Verdict.NOT_APPLICABLE.value:
+                if b.verdict != outcomes.Verdict.NOT_APPLICABLE:
                     ref(b.bar + f" ({b.unit})", b.measured, b.reference, b.source)
         ref("GPU-GPU P2P uni GB/s", _offdiag(f, "uni_ce_p2p_enabled_GBps"),
             _offdiag(f, "ref_a5000_uni_ce_p2p_enabled_GBps"), seed)
@@ -350,4 +349,4 @@ def references(files: list[Path]) -> pd.DataFrame:
             _offdiag(f, "ref_a5000_latency_ce_p2p_enabled_gpu_us"), seed)
         ref("same-device latency us (GPU)", _diag(f, "latency_ce_p2p_enabled_gpu_us"),
             _diag(f, "ref_a5000_latency_ce_p2p_enabled_gpu_us"), seed)
-    return pd.DataFrame(rows, columns=["metric", "measured", "reference", "source", "fraction"])
+    return outcomes.references_frame(rows)
