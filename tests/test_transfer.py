@@ -16,7 +16,8 @@ import pytest
 from gpulab import config as cfgmod
 from gpulab import devices, outcomes, results, stages
 from gpulab.report.html import Figures
-from gpulab.transfer import bars, full_config, hostmem, matrices, measure, seedref
+from gpulab import seedref
+from gpulab.transfer import bars, full_config, hostmem, matrices, measure
 from gpulab.transfer.hybrid import split_bytes
 from gpulab.transfer.isolate import run_isolated
 from gpulab.transfer.malloc import _bins, bin_times

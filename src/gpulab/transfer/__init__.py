@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 
 from gpulab import config as cfgmod
-from gpulab import outcomes, phases, results
-from gpulab.transfer import bars, energy, hostmem, malloc, matrices, seedref
+from gpulab import outcomes, phases, results, seedref
+from gpulab.transfer import bars, energy, hostmem, malloc, matrices
 from gpulab.transfer.measure import CONVENTIONS, MAX_QUEUED, ROW_UNITS
 
 log = logging.getLogger("gpulab.transfer")
