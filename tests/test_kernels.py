@@ -246,7 +246,7 @@ def test_jobs_on_a_cpu_host_record_no_ids(stage_results):
 def test_report_section_renders_cpu_results(stage_results):
     import importlib
 
-    from gpulab.report.html import Figures
+    from gpulab.kit.html import Figures
 
     section = importlib.import_module(stages.get("kernels").section_module())
     assert section.__name__ == "gpulab.kernels.section"

@@ -415,7 +415,7 @@ def _bars(n_pass: int, n_fail: int) -> pd.DataFrame:
 
 
 def test_bars_tables_show_failed_rows_first_and_never_cut_one():
-    from gpulab.report.html import Figures
+    from gpulab.kit.html import Figures
 
     html = Figures().table(_bars(66, 3), "bars of an 8-GPU host")  # default 60 rows
     names = re.findall(r"<td>((?:ok|slow) \d+)</td>", html)

@@ -211,7 +211,7 @@ def test_models_split_and_shard_consistently():
 
 
 def test_report_section_renders_every_variant(stage):
-    from gpulab.report.html import Figures
+    from gpulab.kit.html import Figures
     from gpulab.train import section
 
     figs = Figures()

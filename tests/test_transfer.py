@@ -15,7 +15,7 @@ import pytest
 
 from gpulab import config as cfgmod
 from gpulab import devices, outcomes, results, stages
-from gpulab.report.html import Figures
+from gpulab.kit.html import Figures
 from gpulab import seedref
 from gpulab.transfer import bars, full_config, hostmem, matrices, measure
 from gpulab.transfer.hybrid import split_bytes

@@ -12,8 +12,8 @@ import seaborn as sns  # noqa: E402
 
 from gpulab import limits, results  # noqa: E402
 from gpulab.outcomes import Reference, Verdict, references_frame  # noqa: E402
-from gpulab.report.frames import checks_summary  # noqa: E402
-from gpulab.report.html import Figures, esc, note  # noqa: E402
+from gpulab.kit.frames import checks_summary, host_label  # noqa: E402
+from gpulab.kit.html import Figures, esc, note  # noqa: E402
 
 TITLE = "Collective communication"
 
@@ -65,10 +65,7 @@ bars use the largest size, where both are bandwidth-bound.</p>
 
 
 def _label(a: dict) -> str:
-    n = a.get("world_size", "?")
-    if a.get("device_kind") == "cpu":
-        return f"{a.get('host', '?')} ({n} gloo ranks on CPU)"
-    return f"{a.get('host', '?')} ({n}x {a.get('device_name', 'GPU')})"
+    return host_label(a, "world_size", cpu="{n} gloo ranks on CPU")
 
 
 def _collect(files: list[Path], table: str) -> pd.DataFrame:

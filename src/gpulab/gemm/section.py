@@ -12,9 +12,9 @@ import seaborn as sns  # noqa: E402
 
 from gpulab import results  # noqa: E402
 from gpulab.outcomes import Verdict  # noqa: E402
-from gpulab.report.frames import (BAR_SHOWN, bar_references, checks_summary,  # noqa: E402
-                                   collect_labelled)
-from gpulab.report.html import Figures, esc  # noqa: E402
+from gpulab.kit.frames import (BAR_SHOWN, bar_references, checks_summary,  # noqa: E402
+                              collect_labelled, host_label)
+from gpulab.kit.html import Figures, esc  # noqa: E402
 
 TITLE = "Multi-device matrix multiplication (GEMM)"
 
@@ -54,9 +54,7 @@ PREC_ORDER = ["fp32", "tf32", "bf16", "fp16"]
 
 
 def _host(a: dict) -> str:
-    if a.get("device_kind") == "cpu":
-        return f"{a.get('host', '?')} (CPU, {a.get('n_devices', '?')} virtual devices)"
-    return f"{a.get('host', '?')} ({a.get('n_devices', '?')}x {a.get('device_name', '?')})"
+    return host_label(a, "n_devices", cpu="CPU, {n} virtual devices", unnamed="?")
 
 
 def _collect(files: list[Path], table: str) -> pd.DataFrame:

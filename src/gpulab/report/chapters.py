@@ -17,7 +17,7 @@ from gpulab import limits, outcomes, results, seedref  # noqa: E402
 from gpulab.report import bars_figure  # noqa: E402
 from gpulab.report import references as refs  # noqa: E402
 from gpulab.report import verdicts  # noqa: E402
-from gpulab.report.html import Figures, esc, note  # noqa: E402
+from gpulab.kit.html import Figures, esc, note  # noqa: E402
 from gpulab.report.fragments import Fragment  # noqa: E402
 
 GENERAL_METHODS = """

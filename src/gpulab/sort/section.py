@@ -12,9 +12,9 @@ import seaborn as sns  # noqa: E402
 
 from gpulab import results  # noqa: E402
 from gpulab.outcomes import Verdict  # noqa: E402
-from gpulab.report.frames import (BAR_SHOWN, bar_references, checks_summary,  # noqa: E402
-                                   collect_labelled)
-from gpulab.report.html import Figures, esc  # noqa: E402
+from gpulab.kit.frames import (BAR_SHOWN, bar_references, checks_summary,  # noqa: E402
+                              collect_labelled, host_label)
+from gpulab.kit.html import Figures, esc  # noqa: E402
 
 TITLE = "Multi-device sorting"
 
@@ -57,9 +57,7 @@ kernel), not a performance result.</p>
 """
 
 def _label(a: dict) -> str:
-    kind = a.get("device_kind")
-    what = "CPU virtual devices" if kind == "cpu" else a.get("device_name", "GPU")
-    return f"{a.get('host', '?')} ({a.get('devices_available', '?')}x {what})"
+    return host_label(a, "devices_available", cpu="{n}x CPU virtual devices")
 
 
 def _collect(files: list[Path], table: str) -> pd.DataFrame:

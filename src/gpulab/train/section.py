@@ -13,8 +13,8 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from gpulab import results  # noqa: E402
-from gpulab.report.frames import checks_summary  # noqa: E402
-from gpulab.report.html import Figures, esc, note  # noqa: E402
+from gpulab.kit.frames import checks_summary, host_label  # noqa: E402
+from gpulab.kit.html import Figures, esc, note  # noqa: E402
 
 TITLE = "Training: data, model, pipeline and tensor parallelism"
 
@@ -55,11 +55,7 @@ so CPU figures check the method, not the hardware.</p>
 
 
 def _label(a: dict) -> str:
-    n = a.get("n_devices", "?")
-    if a.get("device_kind") == "cpu":
-        return f"{a.get('host', '?')} ({n} CPU virtual dev.)"
-    names = a.get("device_names") or ["GPU"]
-    return f"{a.get('host', '?')} ({n}x {names[0]})"
+    return host_label(a, "n_devices", cpu="{n} CPU virtual dev.")
 
 
 def _by_variant(files: list[Path]) -> dict[str, list[tuple[Path, dict]]]:

@@ -14,7 +14,8 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from gpulab import outcomes, results  # noqa: E402
-from gpulab.report.html import Figures, esc  # noqa: E402
+from gpulab.kit.frames import failed_suffix, host_kind, host_kind_column  # noqa: E402
+from gpulab.kit.html import Figures, esc  # noqa: E402
 
 TITLE = "Transfers: peer-to-peer, host <-> device, hybrid split, allocation cost"
 
@@ -81,8 +82,7 @@ def _tables(f: Path) -> list[str]:
 
 
 def _host(f: Path) -> str:
-    a = results.read_attrs(f)
-    return f"{a.get('host')} ({a.get('device_kind')})"
+    return host_kind(results.read_attrs(f))
 
 
 def _heatmaps(f: Path, names: list[str], figs: Figures, what: str, fmt: str) -> str:
@@ -150,7 +150,7 @@ def _sweep_figure(df: pd.DataFrame, figs: Figures, x: str, hue: str, style: str 
 def _with_host(files: list[Path], table: str) -> pd.DataFrame:
     df = results.collect(files, table)
     if len(df):
-        df["who"] = df["host"].astype(str) + " (" + df["device_kind"].astype(str) + ")"
+        df["who"] = host_kind_column(df)
     return df
 
 
@@ -304,7 +304,7 @@ def headlines(files: list[Path]) -> list[str]:
     out = []
     for f in files:
         a = results.read_attrs(f)
-        failed = "" if a.get("verdict") != outcomes.Verdict.FAIL else f" FAILED: {a.get('verdict_summary')}."
+        failed = failed_suffix(a)
         if a.get("device_kind") == "cuda":
             gpu = (a.get("gpu_names") or ["GPU"])[0]
             s = (f"Same-device copy: {_diag(f, 'uni_ce_p2p_enabled_GBps'):.0f} GB/s (read+write) on {gpu}"

@@ -1,8 +1,9 @@
-"""DataFrame helpers shared by the report's stage sections."""
+"""DataFrame helpers shared by the report's stage sections: tables collected across hosts, host
+labels, checks sentences, reference rows."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 import pandas as pd
 
@@ -15,6 +16,33 @@ BAR_SHOWN = ["host", "bar", "measured", "reference", "ratio", "threshold", "unit
 
 # Identity columns results.collect adds; sections show the host label instead.
 META = ["stage", "variant", "device_kind", "result_id"]
+
+
+def host_label(a: Mapping, count: str, cpu: str, unnamed: str = "GPU") -> str:
+    """A result's host and devices from its root attributes ``a``: "h200 (2x NVIDIA H200)", the
+    number from attribute ``count`` (each stage counts its own: ranks, devices used, available);
+    on CPU virtual devices "host (<cpu>)", ``cpu`` formatted with ``n`` (the stage's wording).
+    ``unnamed``: the device name shown where the result records none."""
+    n = a.get(count, "?")
+    if a.get("device_kind") == "cpu":
+        return f"{a.get('host', '?')} ({cpu.format(n=n)})"
+    names = a.get("device_names") or [unnamed]  # a stage that records every device's name
+    return f"{a.get('host', '?')} ({n}x {a.get('device_name', names[0])})"
+
+
+def host_kind(a: Mapping) -> str:
+    """"host (cuda)" / "host (cpu)": a result's host and device kind."""
+    return f"{a.get('host')} ({a.get('device_kind')})"
+
+
+def host_kind_column(df: pd.DataFrame) -> pd.Series:
+    """:func:`host_kind` of every row of a collected table (its ``host`` and ``device_kind``)."""
+    return df["host"].astype(str) + " (" + df["device_kind"].astype(str) + ")"
+
+
+def failed_suffix(a: Mapping) -> str:
+    """What a headline adds for a failed result: " FAILED: <verdict summary>.", else nothing."""
+    return "" if a.get("verdict") != Verdict.FAIL else f" FAILED: {a.get('verdict_summary')}."
 
 
 def collect_labelled(files: list[Path], table: str, label: Callable[[dict], str]) -> pd.DataFrame:
