@@ -216,7 +216,7 @@ def test_main_result_on_cpu(stage_results):
     div = results.read_table(main, "divide")
     assert set(div["variant"]) == {"copy", "numpy", "torch"} and div["verified"].all()
     assert div.attrs["units"]["gbps"].startswith("GB/s") and not div["cache_resident"].any()
-    assert div.attrs["units"]["size_bytes"] == outcomes.UNITS["size_bytes"]
+    assert div.attrs["units"]["size_bytes"] == outcomes.unit_of("size_bytes")
     assert set(results.list_contents(main)["tables"]) >= set(stages.get("kernels").tables)
     checks = results.read_table(main, "checks")
     assert len(checks) == len(div) + 8 and (checks["verdict"] == "pass").all()  # 8 split modes

@@ -189,3 +189,45 @@ def test_reference_rows_round_trip_through_a_frame_and_the_report_check():
     assert [r.metric for r in back] == [r.metric for r in rows]
     assert back[0] == rows[0] and back[2] == rows[2]
     assert outcomes.references_frame([]).columns.tolist() == outcomes.REFERENCE_COLUMNS
+
+
+@pytest.mark.parametrize("column, unit", [
+    ("time_s_median", "s"), ("load_s_stdev", "s"), ("busbw_GBps_min", "GB/s"), ("gbps_max", "GB/s"),
+    ("tflops_median", "TFLOP/s"), ("peak_mem_bytes", "B"), ("bytes_moved", "B"), ("launch_unix", "s (Unix time)"),
+    ("sm_clock_max_mhz", "MHz"), ("pcie_gen_now", "PCIe generation"), ("power_limit_w", "W"),
+    ("energy_J", "J"), ("bucket_cap_mb", "MB"), ("moved_fraction", "1"), ("grad_rel_err", "1"),
+    ("logical_devices", "count"), ("samples_s", "s per sample (JSON list)"), ("keys_per_s", "keys/s"),
+    ("cuda_visible_devices", "device ids"), ("value_rw_median", "GB/s (read+write)"), ("dtype", None),
+])
+def test_a_columns_unit_comes_from_its_name(column, unit):
+    assert outcomes.unit_of(column) == unit
+
+
+def test_units_per_row_notes_and_flags():
+    energy = pd.DataFrame({"efficiency": [1.0], "efficiency_unit": ["GB/J"], "resolved": [True]})
+    assert outcomes.units_for(energy) == {"efficiency": "see column efficiency_unit", "resolved": "bool"}
+    rows = pd.DataFrame({"value_median": [1.0], "unit": ["GB/s"], "gbps": [2.0], "ok": [True]})
+    assert outcomes.units_for(rows, {"value": "GB/s or us", "gbps": "read+write"}) == {
+        "value_median": "see column 'unit' (GB/s or us)", "gbps": "GB/s (read+write)", "ok": "bool"}
+    # without a unit column, value is a plain ratio
+    assert outcomes.units_for(pd.DataFrame({"value": [0.1]})) == {"value": "1"}
+
+
+def test_every_numeric_column_of_fixture_results_has_a_unit(tmp_path):
+    """Result tables shaped like the stages' (the export fixtures: transfer, gemm, data): every
+    number and flag gets a unit from the one table and the suffix rule. The whole pipeline's
+    tables: tests/test_workflow.py."""
+    from exportfixtures import make_results
+
+    from gpulab import results
+
+    seen = 0
+    for f in make_results(tmp_path):
+        for name in results.list_contents(f)["tables"]:
+            df = results.read_table(f, name)
+            units = outcomes.units_for(df)
+            for c in df.columns:
+                if pd.api.types.is_numeric_dtype(df[c]) or pd.api.types.is_bool_dtype(df[c]):
+                    seen += 1
+                    assert c in units, f"{f.name}:{name}: column {c!r} has no unit"
+    assert seen > 20

@@ -156,7 +156,7 @@ def run(ctx) -> "results.Result":  # noqa: F821 - gpulab.results.Result
     merged = assemble.merge_ranks(ranks)
     tabs = assemble.tables(merged)
     for name, df in tabs.items():
-        result.add_table(name, df, units=outcomes.units_for(df, assemble.EXTRA_UNITS))
+        result.add_table(name, df, units=outcomes.units_for(df))
     checks = assemble.checks(merged, result.attrs["backend"])
     checks += assemble.plausibility_checks(tabs["library"], result.attrs["device_name"])
     # The bars are built from the library table whether or not hand-written algorithms ran (the

@@ -18,12 +18,6 @@ log = logging.getLogger("gpulab.gemm")
 WORKER = "gpulab.gemm.worker"
 P2P_OFF_ENV = {"NCCL_P2P_DISABLE": "1"}  # NCCL then stages through host memory (SHM) over PCIe
 
-# Stage-specific units beside gpulab.outcomes.UNITS.
-EXTRA_UNITS = {"M": "elements", "N": "elements", "K": "elements", "P": "devices", "repeats": "count",
-               "panels": "count", "compute_s": "s", "comm_s": "s", "time_s_mean": "s",
-               "time_s_stdev": "s", "time_s_median": "s", "time_s_min": "s", "time_s_max": "s",
-               "bound": "1", "efficiency_vs_p1": "1"}
-
 
 def check_config(cfg: dict) -> None:
     """Errors that the schema cannot express, named by key."""
@@ -176,8 +170,9 @@ def run(ctx: StageContext):
     if per_gpu_rows:
         tables.append(("per_gpu", pd.DataFrame(per_gpu_rows)))
     for name, df in tables:
-        result.add_table(name, df, outcomes.units_for(df, EXTRA_UNITS))
-    result.add_table("energy", pd.DataFrame(energy_rows, columns=energy.COLUMNS), energy.UNITS)
+        result.add_table(name, df, outcomes.units_for(df))
+    energy_df = pd.DataFrame(energy_rows, columns=energy.COLUMNS)
+    result.add_table("energy", energy_df, outcomes.units_for(energy_df))
     result.add_table("bars", outcomes.bars_frame(bars))
     result.add_table("checks", outcomes.checks_frame(checks))
     result.add_table("not_applicable", outcomes.not_applicable_frame(skipped))

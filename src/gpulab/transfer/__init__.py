@@ -15,7 +15,7 @@ import pandas as pd
 from gpulab import config as cfgmod
 from gpulab import outcomes, phases, results, seedref
 from gpulab.transfer import bars, energy, hostmem, malloc, matrices
-from gpulab.transfer.measure import CONVENTIONS, MAX_QUEUED, ROW_UNITS
+from gpulab.transfer.measure import CONVENTIONS, MAX_QUEUED
 
 log = logging.getLogger("gpulab.transfer")
 STAGE = "transfer"
@@ -27,20 +27,13 @@ def full_config(section: dict) -> dict:
     return cfgmod.validate(dict(section or {}), SCHEMA)
 
 
-def _units(df: pd.DataFrame, extra: dict | None = None) -> dict:
-    u = outcomes.units_for(df, {**ROW_UNITS, **(extra or {})})
-    if "unit" in df.columns:
-        for c in ("value_median", "value_min", "value_max"):
-            if c in df.columns:
-                u[c] = "see column 'unit' (GB/s for bandwidth, us for latency)"
-    if "value_rw_median" in df.columns:
-        u["value_rw_median"] = "GB/s (read+write)"
-    return u
+# The value columns of the transfer rows hold bandwidths and latencies, each row's in its 'unit'.
+NOTES = {"value": "GB/s for bandwidth, us for latency"}
 
 
-def _add(result, name: str, df: pd.DataFrame, extra_units: dict | None = None):
+def _add(result, name: str, df: pd.DataFrame):
     if df is not None and len(df):
-        result.add_table(name, df, units=_units(df, extra_units))
+        result.add_table(name, df, units=outcomes.units_for(df, NOTES))
 
 
 def _host_memory(result, cfg: dict):
@@ -76,7 +69,7 @@ def _gpu(result, cfg: dict, n: int) -> tuple[int, list, list]:
                       cols=labels, title="P2P Connectivity Matrix (cudaDeviceCanAccessPeer; 1 on the diagonal)")
     _add(result, "torch_d2d", ena["torch_d2d"])
     _add(result, "hybrid", ena.get("hybrid"))
-    _add(result, "malloc", pd.concat([dis["malloc"], ena.get("malloc")], ignore_index=True), malloc.UNITS)
+    _add(result, "malloc", pd.concat([dis["malloc"], ena.get("malloc")], ignore_index=True))
     _add(result, "host_device", hst["host_device"])
     _add(result, "host_device_threads", hst["host_device_threads"])
     _add(result, "host_device_links", hst.get("host_device_links"))
