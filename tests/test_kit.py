@@ -64,3 +64,23 @@ def test_host_labels_name_the_devices_each_stage_counts():
     assert host_kind(cpu) == "box (cpu)"
     assert failed_suffix({"verdict": "pass"}) == ""
     assert failed_suffix({"verdict": "fail", "verdict_summary": "1 failed"}) == " FAILED: 1 failed."
+
+
+def test_collect_tagged_leads_each_files_rows_with_its_tags(tmp_path):
+    import pandas as pd
+
+    from gpulab import results
+    from gpulab.kit.frames import collect_tagged
+
+    files = []
+    for host, rows in (("a", [1.0, 2.0]), ("b", []), ("c", [3.0])):
+        r = results.Result("fakebench", "main", {}, "cpu")
+        r.attrs["host"] = host
+        r.add_table("t", pd.DataFrame({"x": rows}, dtype=float))
+        files.append(results.write(r, tmp_path / f"{host}.h5"))
+    pairs = [(f, results.read_attrs(f)) for f in files]
+    df = collect_tagged(pairs, "t", lambda a: {"host": a["host"], "variant": a["variant"]})
+    assert df.columns.tolist() == ["host", "variant", "x"]
+    assert df["host"].tolist() == ["a", "a", "c"] and df["x"].tolist() == [1.0, 2.0, 3.0]
+    assert collect_tagged(pairs, "t", lambda a: {"host": a["host"]}, keep_empty=True)["x"].notna().all()
+    assert collect_tagged(pairs, "missing", lambda a: {}).empty

@@ -12,7 +12,7 @@ import seaborn as sns  # noqa: E402
 
 from gpulab import limits, results  # noqa: E402
 from gpulab.outcomes import Reference, Verdict, references_frame  # noqa: E402
-from gpulab.kit.frames import checks_summary, host_label  # noqa: E402
+from gpulab.kit.frames import checks_summary, collect_tagged, host_label  # noqa: E402
 from gpulab.kit.html import Figures, esc, note  # noqa: E402
 
 TITLE = "Collective communication"
@@ -69,19 +69,9 @@ def _label(a: dict) -> str:
 
 
 def _collect(files: list[Path], table: str) -> pd.DataFrame:
-    frames = []
-    for f in files:
-        if table not in results.list_contents(f)["tables"]:
-            continue
-        df = results.read_table(f, table)
-        if df.empty:
-            continue
-        a = results.read_attrs(f)
-        df.insert(0, "host", _label(a))
-        if "variant" not in df:  # the 'variants' table names variants itself
-            df.insert(1, "variant", a.get("variant", "?"))
-        frames.append(df)
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    # the 'variants' table names variants itself
+    return collect_tagged(((f, results.read_attrs(f)) for f in files), table,
+                          lambda a: {"host": _label(a), "variant": a.get("variant", "?")})
 
 
 def _metric(df: pd.DataFrame) -> tuple[str, str]:

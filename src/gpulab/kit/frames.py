@@ -3,7 +3,7 @@ labels, checks sentences, reference rows."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Iterable, Mapping
 
 import pandas as pd
 
@@ -54,6 +54,24 @@ def collect_labelled(files: list[Path], table: str, label: Callable[[dict], str]
     labels = {str(a.get("result_id")): label(a) for a in map(results.read_attrs, files)}
     df["host"] = df["result_id"].astype(str).map(labels)
     return df.drop(columns=[c for c in META if c in df.columns])
+
+
+def collect_tagged(files_attrs: Iterable[tuple[Path, Mapping]], table: str,
+                   tags: Callable[[Mapping], dict], keep_empty: bool = False) -> pd.DataFrame:
+    """One table across result files, every column kept, each file's rows led by the columns
+    ``tags(attrs)`` gives (a host label, its variant) where the table lacks them. ``files_attrs``:
+    (file, its root attributes) pairs. An empty table counts only with ``keep_empty``."""
+    frames = []
+    for f, a in files_attrs:
+        if table not in results.list_contents(f)["tables"]:
+            continue
+        df = results.read_table(f, table)
+        if df.empty and not keep_empty:
+            continue
+        for i, (column, value) in enumerate(c for c in tags(a).items() if c[0] not in df):
+            df.insert(i, column, value)
+        frames.append(df)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def _crashed(row) -> bool:

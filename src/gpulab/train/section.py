@@ -13,7 +13,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from gpulab import results  # noqa: E402
-from gpulab.kit.frames import checks_summary, host_label  # noqa: E402
+from gpulab.kit.frames import checks_summary, collect_tagged, host_label  # noqa: E402
 from gpulab.kit.html import Figures, esc, note  # noqa: E402
 
 TITLE = "Training: data, model, pipeline and tensor parallelism"
@@ -67,13 +67,7 @@ def _by_variant(files: list[Path]) -> dict[str, list[tuple[Path, dict]]]:
 
 
 def _table(pairs, name: str) -> pd.DataFrame:
-    frames = []
-    for f, a in pairs:
-        if name in results.list_contents(f)["tables"]:
-            df = results.read_table(f, name)
-            df.insert(0, "system", _label(a))
-            frames.append(df)
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return collect_tagged(pairs, name, lambda a: {"system": _label(a)}, keep_empty=True)
 
 
 def _single(pairs, figs: Figures) -> list[str]:
