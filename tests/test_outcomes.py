@@ -198,6 +198,7 @@ def test_reference_rows_round_trip_through_a_frame_and_the_report_check():
     ("energy_J", "J"), ("bucket_cap_mb", "MB"), ("moved_fraction", "1"), ("grad_rel_err", "1"),
     ("logical_devices", "count"), ("samples_s", "s per sample (JSON list)"), ("keys_per_s", "keys/s"),
     ("cuda_visible_devices", "device ids"), ("value_rw_median", "GB/s (read+write)"), ("dtype", None),
+    ("nvlinks_switch", "links"), ("pcie_width_max", "lanes"),
 ])
 def test_a_columns_unit_comes_from_its_name(column, unit):
     assert outcomes.unit_of(column) == unit

@@ -308,7 +308,8 @@ UNITS: dict[str, str] = {
     "global_batch": "samples", "local_batch": "samples", "micro_batch": "samples",
     "values_per_row": "values", "n_keys": "keys", "keys_moved": "keys", "tie_keys": "keys",
     "pivot": "keys", "len_left": "keys", "len_right": "keys",
-    "pcie_gen": "PCIe generation", "pcie_width": "lanes",
+    "pcie_gen": "PCIe generation", "pcie_width": "lanes", "nvlinks": "links", "nvlinks_switch": "links",
+    "nvlinks_unknown": "links",
     # rates
     "gbps": "GB/s", "tflops": "TFLOP/s", "keys_per_s": "keys/s", "gkeys_per_s": "Gkeys/s",
     "samples_per_s": "samples/s", "rows_per_s": "samples/s",

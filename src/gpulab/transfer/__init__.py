@@ -77,10 +77,7 @@ def _gpu(result, cfg: dict, n: int) -> tuple[int, list, list]:
     _add(result, "links", pd.DataFrame([
         {"gpu": i, **{k: v for k, v in ln.items() if k != "nvlinks_to"},
          "nvlinks_to": ",".join(f"GPU{j}:{c}" for j, c in sorted(ln.get("nvlinks_to", {}).items()))}
-        for i, ln in enumerate(links)]), {"pcie_gen_now": "PCIe generation", "pcie_gen_max": "PCIe generation",
-                                          "pcie_width_now": "lanes", "pcie_width_max": "lanes",
-                                          "nvlinks": "links", "nvlinks_switch": "links",
-                                          "nvlinks_unknown": "links"})
+        for i, ln in enumerate(links)]))
     bar_rows = bars.gpu_bars(p2p_rows, names, links, hst["h2d_bar"], hst["host_device"],
                              hst.get("host_device_links"))
     tables = {"p2p": p2p_rows, "p2p_sweep": result.tables.get("p2p_sweep"),
