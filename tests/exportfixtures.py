@@ -64,7 +64,7 @@ def make_results(root: Path, host: str = "h200a", gpu: str = "NVIDIA H200") -> l
     transfer = _write(root, "transfer", host, "main", "cuda", {
         "host_device": (hd, {"bytes": "B", "samples_s": "s per sample (JSON list)"}),
         "torch_d2d": (d2d, {"value_rw_median": "GB/s (read+write)"}),
-        "energy": (energy, eng.UNITS),
+        "energy": (energy, outcomes.units_for(energy)),
         "bars": (bars, {}),
         "checks": (outcomes.checks_frame([Check.of("copy verified", "H2D", True)]), {}),
     }, matrices={"bw_uni_enabled": (np.array([[2000.0, 50.1], [49.9, 2000.0]]), "GB/s")},

@@ -55,7 +55,7 @@ def test_stage_result_default_variant(tmp_path):
 
 
 def _check_report_section(files):
-    from gpulab.report.html import Figures
+    from gpulab.kit.html import Figures
     from gpulab.collectives import section
 
     figs = Figures()

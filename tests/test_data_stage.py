@@ -12,7 +12,7 @@ import pytest
 from conftest import stage_settings
 from gpulab import outcomes, results, stages
 from gpulab.data.stage import main
-from gpulab.report.html import Figures
+from gpulab.kit.html import Figures
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = {"seed": 3, "digits": False, "tabular_rows": [60, 150], "tabular_features": 4, "image_rows": [9],

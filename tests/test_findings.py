@@ -140,7 +140,7 @@ def test_a_broken_rule_is_reported_not_fatal():
 
 def test_energy_findings_and_the_throughput_vs_efficiency_figure(tmp_path):
     from gpulab.report import energy as energy_figure
-    from gpulab.report.html import Figures
+    from gpulab.kit.html import Figures
 
     root = tmp_path / "results"
     make_results(root)  # its transfer result has one resolved copy energy row

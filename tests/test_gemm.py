@@ -265,7 +265,7 @@ def test_gemm_honours_devices_nodes_on_two_loopback_nodes(tmp_path):
 
 @pytest.mark.slow
 def test_report_section_renders_figures_tables_and_headlines(stage_result):
-    from gpulab.report.html import Figures
+    from gpulab.kit.html import Figures
     from gpulab.gemm import section
 
     figs = Figures()

@@ -217,7 +217,7 @@ def test_main_result_on_cpu(stage_results):
     div = results.read_table(main, "divide")
     assert set(div["variant"]) == {"copy", "numpy", "torch"} and div["verified"].all()
     assert div.attrs["units"]["gbps"].startswith("GB/s") and not div["cache_resident"].any()
-    assert div.attrs["units"]["size_bytes"] == outcomes.UNITS["size_bytes"]
+    assert div.attrs["units"]["size_bytes"] == outcomes.unit_of("size_bytes")
     assert set(results.list_contents(main)["tables"]) >= set(stages.get("kernels").tables)
     checks = results.read_table(main, "checks")
     assert len(checks) == len(div) + 8 and (checks["verdict"] == "pass").all()  # 8 split modes
@@ -248,7 +248,7 @@ def test_jobs_on_a_cpu_host_record_no_ids(stage_results):
 def test_report_section_renders_cpu_results(stage_results):
     import importlib
 
-    from gpulab.report.html import Figures
+    from gpulab.kit.html import Figures
 
     section = importlib.import_module(stages.get("kernels").section_module())
     assert section.__name__ == "gpulab.kernels.section"

@@ -85,7 +85,7 @@ def test_the_report_names_the_rank_that_killed_a_launch(tmp_path):
 
     from gpulab import outcomes, results
     from gpulab.outcomes import Check
-    from gpulab.report.frames import checks_summary
+    from gpulab.kit.frames import checks_summary
 
     failure = launch.RankFailure(3, 3, "node-x", -9, "rank 3: last words")
     exc = launch.RankFailed(launch.failure_message("m", 4, launch.NodeSpec(), 1, "", "", failure),

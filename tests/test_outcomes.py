@@ -129,3 +129,106 @@ def test_limits_unknown_or_partial_name_is_not_applicable_naming_it():
         assert not lim.known and repr(name) in lim.reason, name
     names = [n for m in limits.table()["models"] for n in m["names"]]
     assert len(names) == len(set(names))  # one model per driver name
+
+
+def _verdict_literals(path) -> list[str]:
+    """Where a module spells a verdict as a string: 'pass'/'fail' anywhere as a whole string, and
+    'not_applicable' beside a comparison (elsewhere it is also the name of a table)."""
+    import io
+    import tokenize
+
+    toks = [t for t in tokenize.generate_tokens(io.StringIO(path.read_text()).readline)
+            if t.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT)]
+    comparisons = {"==", "!=", "in", "not"}
+    hits = []
+    for i, t in enumerate(toks):
+        if t.type != tokenize.STRING:
+            continue
+        value = t.string.strip("'\"")
+        if t.string[:1] not in "'\"" or value not in outcomes.VERDICTS:
+            continue  # prefixed strings (f"...") and other values
+        near = {toks[j].string for j in (i - 1, i + 1) if 0 <= j < len(toks)}
+        if value != "not_applicable" or near & comparisons:
+            hits.append(f"{path}:{t.start[0]}: {t.line.strip()}")
+    return hits
+
+
+def test_verdicts_are_compared_as_members_outside_outcomes():
+    """A verdict spelled as a literal drifts from the vocabulary unseen (a typo compares False)."""
+    from pathlib import Path
+
+    import gpulab
+
+    root = Path(gpulab.__file__).parent
+    hits = [h for p in sorted(root.rglob("*.py")) if p.name != "outcomes.py" or p.parent != root
+            for h in _verdict_literals(p)]
+    assert not hits, "verdict literals outside gpulab.outcomes:\n" + "\n".join(hits)
+
+
+def test_verdict_literal_scan_finds_a_comparison(tmp_path):
+    """The scan above is not vacuous: it finds each kind of literal it forbids."""
+    f = tmp_path / "m.py"
+    f.write_text('ok = v == "pass"\nx = v in ("fail",)\ny = v != "not_applicable"\n'
+                 'tables = ("bars", "not_applicable")\n')
+    assert [h.split(": ", 1)[0].rsplit(":", 1)[1] for h in _verdict_literals(f)] == ["1", "2", "3"]
+
+
+def test_reference_rows_round_trip_through_a_frame_and_the_report_check():
+    from gpulab.report.references import normalize_references
+
+    rows = [outcomes.Reference.of("copy GB/s", 500.0, 1000.0, "seed A5000"),
+            outcomes.Reference.of("no reference", 3.0, float("nan"), "datasheet"),
+            outcomes.Reference.of_bar("peak (h200)", Bar.measure("peak", 80, 100, source="datasheet",
+                                                                 threshold=0.7, unit="TFLOP/s"))]
+    df = outcomes.references_frame(rows)
+    assert list(df.columns) == outcomes.REFERENCE_COLUMNS == ["metric", "measured", "reference",
+                                                              "source", "fraction"]
+    assert df["fraction"].iloc[0] == 0.5 and math.isnan(df["fraction"].iloc[1])
+    assert df["fraction"].iloc[2] == pytest.approx(0.8)
+    back = [outcomes.Reference(**r) for r in normalize_references(df).to_dict("records")]
+    assert [r.metric for r in back] == [r.metric for r in rows]
+    assert back[0] == rows[0] and back[2] == rows[2]
+    assert outcomes.references_frame([]).columns.tolist() == outcomes.REFERENCE_COLUMNS
+
+
+@pytest.mark.parametrize("column, unit", [
+    ("time_s_median", "s"), ("load_s_stdev", "s"), ("busbw_GBps_min", "GB/s"), ("gbps_max", "GB/s"),
+    ("tflops_median", "TFLOP/s"), ("peak_mem_bytes", "B"), ("bytes_moved", "B"), ("launch_unix", "s (Unix time)"),
+    ("sm_clock_max_mhz", "MHz"), ("pcie_gen_now", "PCIe generation"), ("power_limit_w", "W"),
+    ("energy_J", "J"), ("bucket_cap_mb", "MB"), ("moved_fraction", "1"), ("grad_rel_err", "1"),
+    ("logical_devices", "count"), ("samples_s", "s per sample (JSON list)"), ("keys_per_s", "keys/s"),
+    ("cuda_visible_devices", "device ids"), ("value_rw_median", "GB/s (read+write)"), ("dtype", None),
+    ("nvlinks_switch", "links"), ("pcie_width_max", "lanes"),
+])
+def test_a_columns_unit_comes_from_its_name(column, unit):
+    assert outcomes.unit_of(column) == unit
+
+
+def test_units_per_row_notes_and_flags():
+    energy = pd.DataFrame({"efficiency": [1.0], "efficiency_unit": ["GB/J"], "resolved": [True]})
+    assert outcomes.units_for(energy) == {"efficiency": "see column efficiency_unit", "resolved": "bool"}
+    rows = pd.DataFrame({"value_median": [1.0], "unit": ["GB/s"], "gbps": [2.0], "ok": [True]})
+    assert outcomes.units_for(rows, {"value": "GB/s or us", "gbps": "read+write"}) == {
+        "value_median": "see column 'unit' (GB/s or us)", "gbps": "GB/s (read+write)", "ok": "bool"}
+    # without a unit column, value is a plain ratio
+    assert outcomes.units_for(pd.DataFrame({"value": [0.1]})) == {"value": "1"}
+
+
+def test_every_numeric_column_of_fixture_results_has_a_unit(tmp_path):
+    """Result tables shaped like the stages' (the export fixtures: transfer, gemm, data): every
+    number and flag gets a unit from the one table and the suffix rule. The whole pipeline's
+    tables: tests/test_workflow.py."""
+    from exportfixtures import make_results
+
+    from gpulab import results
+
+    seen = 0
+    for f in make_results(tmp_path):
+        for name in results.list_contents(f)["tables"]:
+            df = results.read_table(f, name)
+            units = outcomes.units_for(df)
+            for c in df.columns:
+                if pd.api.types.is_numeric_dtype(df[c]) or pd.api.types.is_bool_dtype(df[c]):
+                    seen += 1
+                    assert c in units, f"{f.name}:{name}: column {c!r} has no unit"
+    assert seen > 20

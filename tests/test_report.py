@@ -18,7 +18,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from gpulab import limits, outcomes, probe, results  # noqa: E402
+from gpulab import limits, outcomes, probe, results, seedref  # noqa: E402
 from gpulab.outcomes import Bar  # noqa: E402
 from gpulab.probe import nvsmi  # noqa: E402
 from gpulab.report import browser, build_report, cli, references, sections  # noqa: E402
@@ -146,19 +146,33 @@ def built(two_hosts, tmp_path_factory):
 
 def test_a5000_reference_is_the_seed_output_parsed():
     m = references.a5000_p2p()
-    assert m["uni_p2p_on"].loc["0", "1"] == 52.71 and m["uni_p2p_off"].loc["1", "0"] == 21.23
-    assert m["bi_p2p_on"].loc["1", "0"] == 101.85
-    assert m["lat_p2p_off_gpu"].loc["0", "1"] == 12.65 and m["lat_p2p_on_cpu"].loc["1", "1"] == 3.40
+    assert m["uni_ce_p2p_enabled_GBps"].loc["0", "1"] == 52.71
+    assert m["uni_ce_p2p_disabled_GBps"].loc["1", "0"] == 21.23
+    assert m["bi_ce_p2p_enabled_GBps"].loc["1", "0"] == 101.85
+    assert m["latency_ce_p2p_disabled_gpu_us"].loc["0", "1"] == 12.65
+    assert m["latency_ce_p2p_enabled_cpu_us"].loc["1", "1"] == 3.40
     # The package copy is the seed text the parser fixture holds.
-    fixture = references.parse_p2p_bandwidth_latency((FIXTURES / "p2pBandwidthLatencyTest_a5000.txt").read_text())
-    assert all(fixture[k].equals(m[k]) for k in m) and len(m) == 8
+    fixture = seedref.parse((FIXTURES / "p2pBandwidthLatencyTest_a5000.txt").read_text())
+    assert all((fixture[k] == m[k].to_numpy()).all() for k in m) and len(m) == 8
     s = references.a5000_p2p_summary().set_index("metric")
     assert s.loc["GPU-GPU, P2P on (bi)", "value"] == pytest.approx((101.57 + 101.85) / 2)
 
 
-def test_p2p_parser_rejects_other_text():
-    with pytest.raises(ValueError, match="no bandwidth or latency matrix"):
-        references.parse_p2p_bandwidth_latency("nvidia-smi: command not found\n")
+def test_the_a5000_run_is_parsed_and_packaged_once_with_one_link_name():
+    """The transfer stage and the report read the seed's run through one parser: one file in the
+    package, one source string naming the link, in the report's summary and the stage's matrices."""
+    import gpulab
+
+    copies = [p for p in Path(gpulab.__file__).parent.rglob("*.txt") if "a5000" in p.name.lower()]
+    assert copies == [seedref.SEED_FILE]
+    assert set(references.a5000_p2p_summary()["source"]) == {seedref.SEED_SOURCE}
+    assert seedref.LINK in seedref.SEED_SOURCE
+    # a parser of the tool's output matches its headings ("P2P=Enabled Latency") with a regex, or
+    # opens the packaged file by name
+    parsers = [p for p in Path(gpulab.__file__).parent.rglob("*.py") if p != Path(seedref.__file__)
+               and any(("P2P=" in ln and "re." in ln) or "a5000.txt" in ln.lower()
+                       for ln in p.read_text().splitlines())]
+    assert parsers == [], "another module parses p2pBandwidthLatencyTest output"
 
 
 def test_datasheet_rows_are_the_limits_table():
@@ -409,7 +423,7 @@ def _bars(n_pass: int, n_fail: int) -> pd.DataFrame:
 
 
 def test_bars_tables_show_failed_rows_first_and_never_cut_one():
-    from gpulab.report.html import Figures
+    from gpulab.kit.html import Figures
 
     html = Figures().table(_bars(66, 3), "bars of an 8-GPU host")  # default 60 rows
     names = re.findall(r"<td>((?:ok|slow) \d+)</td>", html)
@@ -431,7 +445,7 @@ def test_comparison_figure_draws_bars_one_row_each_and_other_machines_apart():
     bars.insert(1, "host", "h")
     refs_ = pd.DataFrame({"stage": ["transfer"] * 2, "metric": ["copy (GB/s)", "P2P uni GB/s"],
                           "measured": [90.0, 300.0], "reference": [100.0, 50.0],
-                          "source": ["datasheet", references.A5000_SOURCE], "fraction": [0.9, 6.0]})
+                          "source": ["datasheet", seedref.SEED_SOURCE], "fraction": [0.9, 6.0]})
     rows, others = bars_figure.bar_rows(bars), bars_figure.other_rows(refs_, bars)
     assert list(rows["verdict"]) == ["fail", "pass"]  # judged bars only, failed first
     assert rows["label"].str.len().max() <= 44

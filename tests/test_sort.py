@@ -201,7 +201,7 @@ def test_stage_writes_verified_tables_and_bars(tmp_path):
     assert bars["verdict"].iloc[0] == "not_applicable" and "cores" in bars["note"].iloc[0]
 
     # The report section renders this result (figures, tables) and gives headlines.
-    from gpulab.report.html import Figures
+    from gpulab.kit.html import Figures
     from gpulab.sort import section
 
     figs = Figures()

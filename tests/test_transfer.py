@@ -16,8 +16,9 @@ import pytest
 from conftest import stage_settings
 from gpulab import config as cfgmod
 from gpulab import devices, outcomes, results, stages
-from gpulab.report.html import Figures
-from gpulab.transfer import bars, hostmem, matrices, measure, seedref
+from gpulab import seedref
+from gpulab.kit.html import Figures
+from gpulab.transfer import bars, hostmem, matrices, measure
 from gpulab.transfer.hybrid import split_bytes
 from gpulab.transfer.isolate import run_isolated
 from gpulab.transfer.malloc import _bins, bin_times

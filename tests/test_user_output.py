@@ -9,7 +9,7 @@ import pandas as pd  # noqa: E402
 
 from conftest import REPO  # noqa: E402
 from gpulab import results  # noqa: E402
-from gpulab.report.html import Figures  # noqa: E402
+from gpulab.kit.html import Figures  # noqa: E402
 
 
 def _stage_log(env_extra: dict, devices: dict) -> str:

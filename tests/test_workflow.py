@@ -150,3 +150,21 @@ def test_stage_asking_for_more_than_the_gpu_resource_is_an_error(workflow_dir):
                   env={"GPULAB_GPU_POOL": "0,1"})
     assert p.returncode != 0
     assert "probe.gpus asks for 2 GPU(s) but --resources gpu=1" in p.stdout + p.stderr
+
+
+def test_every_number_the_pipeline_records_has_a_unit(finished_run):
+    """One units table and a suffix rule (gpulab.outcomes.units_for) name the unit of every numeric
+    or boolean column of every table the quick pipeline writes."""
+    import pandas as pd
+
+    from gpulab import outcomes
+
+    missing = []
+    for f in sorted((finished_run / "results").rglob("*.h5")):
+        for name in results.list_contents(f)["tables"]:
+            df = results.read_table(f, name)
+            units = outcomes.units_for(df)
+            missing += [f"{f.relative_to(finished_run)}:{name}:{c}" for c in df.columns
+                        if len(df) and c not in units and (pd.api.types.is_numeric_dtype(df[c])
+                                                           or pd.api.types.is_bool_dtype(df[c]))]
+    assert not missing, missing

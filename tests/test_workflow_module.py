@@ -100,7 +100,7 @@ def test_the_real_stages_code_inputs_reach_what_they_import_and_read():
     # its report section is the report's code, not the job's; other stages' files are not its own
     assert "src/gpulab/gemm/section.py" not in gemm
     assert not any(p.startswith("src/gpulab/transfer/") for p in gemm)
-    assert "src/gpulab/transfer/seed_a5000.txt" in _stage_code("transfer")
+    assert "src/gpulab/p2pBandwidthLatencyTest_a5000.txt" in _stage_code("transfer")
     # the data stage reads no datasheet: changing one must not rerun it
     assert "src/gpulab/limits.yaml" not in _stage_code("data")
     assert "src/gpulab/limits.yaml" not in _stage_code("probe")
@@ -121,7 +121,7 @@ def test_report_code_covers_sections_and_what_they_read():
         if f.is_file():
             assert f.relative_to(REPO).as_posix() in rep
     assert {"src/gpulab/limits.yaml", "scripts/report.py",
-            "src/gpulab/report/data/p2pBandwidthLatencyTest_a5000.txt"} <= rep
+            "src/gpulab/p2pBandwidthLatencyTest_a5000.txt"} <= rep
     one = {Path(p).relative_to(REPO).as_posix() for p in workflow.report_code(REPO, ["probe"])}
     assert "src/gpulab/probe/section.py" in one and "src/gpulab/gemm/section.py" not in one
 

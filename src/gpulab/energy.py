@@ -26,10 +26,6 @@ POWERCAP = "/sys/class/powercap"
 COLUMNS = ["operation", "device", "meter", "work", "work_unit", "iterations", "duration_s",
            "energy_J", "avg_W", "throughput", "throughput_unit", "efficiency", "efficiency_unit",
            "per_op", "per_op_unit", "resolved", "note"]
-UNITS = {"work": "see column work_unit", "iterations": "count", "duration_s": "s", "energy_J": "J",
-         "avg_W": "W", "throughput": "see column throughput_unit",
-         "efficiency": "see column efficiency_unit", "per_op": "see column per_op_unit",
-         "resolved": "bool"}
 
 
 class NvmlMeter:

@@ -98,14 +98,14 @@ def text(files: Iterable[str | Path]) -> str:
         if outcomes.BARS in results.list_contents(f)["tables"]:
             bars = results.read_table(f, outcomes.BARS)
             for b in bars.itertuples():
-                if b.verdict not in ("pass", "fail"):
+                if b.verdict not in outcomes.JUDGED:
                     continue
                 g = _BAR_GPU.search(str(b.bar))  # "..., GPU0": the first GPU a bar names
                 lab = {"host": host, "gpu": g.group(1) if g else "all",
                        "model": model, "stage": stage, "metric": str(b.bar)}
                 series["gpulab_bar_ratio"].append(_line("gpulab_bar_ratio", lab, float(b.ratio)))
                 series["gpulab_bar_pass"].append(_line("gpulab_bar_pass", lab,
-                                                       1.0 if b.verdict == "pass" else 0.0))
+                                                       1.0 if b.verdict == outcomes.Verdict.PASS else 0.0))
     out = []
     for name, lines in series.items():
         if lines:

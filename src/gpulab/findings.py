@@ -112,7 +112,7 @@ def contradictions(found: Iterable[Finding], files: Iterable[Path]) -> list[str]
         if not f.bar:
             continue
         b = bars[(bars["bar"] == f.bar) & (bars["host"] == f.host)] if len(bars) else bars
-        verdicts = set(b["verdict"]) & {"pass", "fail"} if len(b) else set()
+        verdicts = set(b["verdict"]) & set(outcomes.JUDGED) if len(b) else set()
         if verdicts and f.claim not in verdicts:
             out.append(f"{f.rule} on {f.host}: says {f.claim!r}, bar {f.bar!r} is "
                        f"{'/'.join(sorted(verdicts))}")

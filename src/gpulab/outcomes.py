@@ -8,6 +8,9 @@ A stage states what it verified and how fast it was in three tables of the same 
   :class:`Check` rows. A crashed case is a failed check (:meth:`Check.crashed`).
 - ``not_applicable``: what was not measured here, and why. :class:`NotApplicable` rows.
 
+A section compares its figures with figures from elsewhere that carry no threshold in
+:class:`Reference` rows (the report's comparison chapter).
+
 Every verdict is one of exactly three values (:class:`Verdict`). The root attribute ``verdict`` of a
 result file is the overall verdict (:func:`overall`): ``fail`` if any check or bar failed or any
 case crashed, ``pass`` if something passed, ``not_applicable`` if nothing could be judged;
@@ -53,6 +56,8 @@ class Verdict(str, Enum):
 
 
 VERDICTS = tuple(v.value for v in Verdict)
+# The verdicts that judged something (a bar or check that was not not_applicable).
+JUDGED = (Verdict.PASS, Verdict.FAIL)
 
 
 def combine(verdicts: Iterable[Verdict | str]) -> Verdict:
@@ -156,9 +161,34 @@ class NotApplicable:
     reason: str
 
 
+@dataclass
+class Reference:
+    """A measured figure beside a figure from elsewhere, with no threshold and so no verdict (the
+    seed's RTX A5000 numbers, a datasheet limit, another tool): a row of a section's
+    ``references``. ``fraction`` = measured / reference (:meth:`of`), or a bar's own ratio."""
+
+    metric: str
+    measured: float
+    reference: float
+    source: str
+    fraction: float = float("nan")
+
+    @classmethod
+    def of(cls, metric: str, measured, reference, source: str) -> "Reference":
+        m = float(measured) if _finite(measured) else float("nan")
+        r = float(reference) if _finite(reference) else float("nan")
+        return cls(metric, m, r, source, m / r if r != 0 else float("nan"))
+
+    @classmethod
+    def of_bar(cls, metric: str, bar) -> "Reference":
+        """A bar row (a :class:`Bar` or a row of a ``bars`` table) as a reference, its ratio kept."""
+        return cls(metric, bar.measured, bar.reference, bar.source, bar.ratio)
+
+
 BAR_COLUMNS = [f.name for f in fields(Bar)]
 CHECK_COLUMNS = [f.name for f in fields(Check)]
 NOT_APPLICABLE_COLUMNS = [f.name for f in fields(NotApplicable)]
+REFERENCE_COLUMNS = [f.name for f in fields(Reference)]
 
 
 def _frame(rows, columns: list[str], cls) -> pd.DataFrame:
@@ -186,6 +216,10 @@ def checks_frame(rows: Iterable[Check]) -> pd.DataFrame:
 
 def not_applicable_frame(rows: Iterable[NotApplicable]) -> pd.DataFrame:
     return _frame(rows, NOT_APPLICABLE_COLUMNS, NotApplicable)
+
+
+def references_frame(rows: Iterable[Reference]) -> pd.DataFrame:
+    return _frame(rows, REFERENCE_COLUMNS, Reference)
 
 
 def overall(tables: Mapping[str, pd.DataFrame]) -> dict:
@@ -253,21 +287,96 @@ def overall(tables: Mapping[str, pd.DataFrame]) -> dict:
     return {"verdict": verdict.value, "counts": counts, "summary": summary}
 
 
-# One units table: column name -> unit. Tables record the units of their columns from here.
+# The one units table: column name -> unit, for names the suffix rule (SUFFIX_UNITS) does not cover
+# or covers wrongly. A statistic suffix (STATISTICS: time_s_median) keeps the unit of the column it
+# summarises (time_s). See :func:`unit_of` for the order in which the rules apply.
 UNITS: dict[str, str] = {
-    "bytes": "B", "size_bytes": "B", "nbytes": "B",
-    "gbps": "GB/s", "gbps_median": "GB/s", "gbps_min": "GB/s", "gbps_max": "GB/s",
-    "algbw_gbps": "GB/s", "busbw_gbps": "GB/s", "bandwidth_gbps": "GB/s",
-    "time_ms": "ms", "time_ms_median": "ms", "time_ms_min": "ms", "time_ms_max": "ms",
-    "time_s": "s", "time_us": "us", "latency_us": "us", "latency_us_median": "us",
-    "tflops": "TFLOP/s", "tflops_median": "TFLOP/s", "tflops_min": "TFLOP/s", "tflops_max": "TFLOP/s",
-    "keys_per_s": "keys/s", "gkeys_per_s": "Gkeys/s", "samples_per_s": "samples/s",
-    "rel_error": "1", "ratio": "1", "efficiency": "1", "speedup": "1", "fraction": "1",
-    "mem_bytes": "B", "clock_mhz": "MHz", "power_w": "W", "temp_c": "degC",
+    # sizes, counts, indices
+    "bytes": "B", "nbytes": "B", "bytes_per_value": "B/value", "bytes_per_sample": "B",
+    "bytes_per_thread": "B", "bytes_moved": "B", "bytes_h2d": "B", "bytes_d2h": "B", "count": "elements", "wrong": "elements",
+    "M": "elements", "N": "elements", "K": "elements", "P": "devices", "world_size": "ranks",
+    "repeats": "count", "copies": "count", "calls": "count", "calls_per_sample": "count",
+    "chunks": "count", "classes": "count", "devices": "count", "devices_used": "count",
+    "host_gpus": "count", "histogram_passes": "count", "iterations": "count", "jobs": "count",
+    "microbatches": "count", "stages": "count", "panels": "count", "params_local": "count",
+    "round": "count", "samples": "count", "slices": "count", "step": "count", "epoch": "count",
+    "threads": "count", "iters": "calls", "repetition": "index", "index": "index",
+    "device": "index", "device_id": "index", "gpu": "index", "src": "index", "dst": "index",
+    "rank": "index", "local_rank": "index", "node_rank": "index", "node": "index", "job": "index",
+    "pid": "process id", "cuda_visible_devices": "device ids", "prior_from": "allocations", "prior_to": "allocations",
+    "spin_timeouts": "samples", "rows": "samples", "first_batch_rows": "samples",
+    "global_batch": "samples", "local_batch": "samples", "micro_batch": "samples",
+    "values_per_row": "values", "n_keys": "keys", "keys_moved": "keys", "tie_keys": "keys",
+    "pivot": "keys", "len_left": "keys", "len_right": "keys",
+    "pcie_gen": "PCIe generation", "pcie_width": "lanes", "nvlinks": "links", "nvlinks_switch": "links",
+    "nvlinks_unknown": "links",
+    # rates
+    "gbps": "GB/s", "tflops": "TFLOP/s", "keys_per_s": "keys/s", "gkeys_per_s": "Gkeys/s",
+    "samples_per_s": "samples/s", "rows_per_s": "samples/s",
+    # times that are not plain seconds
+    "samples_s": "s per sample (JSON list)",
+    # ratios and dimensionless figures
+    "rel_error": "1", "ratio": "1", "threshold": "1", "efficiency": "1", "efficiency_vs_p1": "1",
+    "speedup": "1", "fraction": "1", "fraction_of_copy": "1", "share": "1", "bus_factor": "1",
+    "bound": "1", "value": "1", "tolerance": "1", "loss": "1", "final_loss": "1", "lr": "1",
+    "bubble_measured": "1", "bubble_gpipe": "1", "overlap": "1", "spread": "(max-min)/median",
+    "value_rw": "GB/s (read+write)",
+    # flags
+    "streaming": "bool", "from_cache": "bool", "resolved": "bool", "round_trip": "verdict",
+    "max_concurrency": "jobs", "max_kernel_concurrency": "jobs", "mean_concurrency": "jobs",
+    "temp_c": "degC",
 }
+# A column named <anything><suffix> (after its statistic suffix is taken off), first match wins.
+SUFFIX_UNITS: tuple[tuple[str, str], ...] = (
+    ("_bytes", "B"), ("_unix", "s (Unix time)"), ("_s", "s"), ("_ms", "ms"), ("_us", "us"),
+    ("_GBps", "GB/s"), ("_gbps", "GB/s"), ("_MBps", "MB/s (10^6 B, file size)"), ("_tflops", "TFLOP/s"),
+    ("_mb", "MB"), ("_mhz", "MHz"), ("_w", "W"), ("_W", "W"), ("_J", "J"), ("_devices", "count"),
+    ("_fraction", "1"), ("_rel_err", "1"),
+)
+STATISTICS = ("_median", "_mean", "_min", "_max", "_stdev", "_now")
+# Value columns whose unit is each row's 'unit' column (bars; transfer's mixed GB/s and us rows).
+ROW_UNIT_COLUMNS = ("value", "measured", "reference")
 
 
-def units_for(df: pd.DataFrame, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Units of ``df``'s columns from :data:`UNITS` (plus ``extra`` for stage-specific columns)."""
-    table = {**UNITS, **(extra or {})}
-    return {c: table[c] for c in df.columns if c in table}
+def _base(column: str) -> str:
+    for s in STATISTICS:
+        if column.endswith(s) and len(column) > len(s):
+            return column[: -len(s)]
+    return column
+
+
+def unit_of(column: str, columns=(), dtype=None) -> str | None:
+    """The unit of ``column`` in a table with ``columns``, or None (a label: text, names).
+
+    In this order: a sibling ``<column>_unit`` names it per row; a value column of a table with a
+    ``unit`` column (:data:`ROW_UNIT_COLUMNS`) takes it per row; :data:`UNITS` by the name, then by
+    the name without its statistic suffix; :data:`SUFFIX_UNITS`; a boolean column is "bool".
+    """
+    base = _base(column)
+    if f"{column}_unit" in columns:
+        return f"see column {column}_unit"
+    if base in ROW_UNIT_COLUMNS and "unit" in columns:
+        return "see column 'unit'"
+    for name in (column, base):
+        if name in UNITS:
+            return UNITS[name]
+    for suffix, unit in SUFFIX_UNITS:
+        if base.endswith(suffix):
+            return unit
+    if dtype is not None and pd.api.types.is_bool_dtype(dtype):
+        return "bool"
+    return None
+
+
+def units_for(df: pd.DataFrame, notes: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Units of ``df``'s columns (:func:`unit_of`). ``notes``: what a stage's column counts, by
+    column name or by the name without its statistic suffix, added in brackets ("GB/s (read+write)")."""
+    notes = notes or {}
+    out = {}
+    for c in df.columns:
+        unit = unit_of(str(c), df.columns, df[c].dtype)
+        if unit is None:
+            continue
+        note = notes.get(c, notes.get(_base(str(c))))
+        out[c] = f"{unit} ({note})" if note else unit
+    return out

@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from gpulab import export
+from gpulab.outcomes import JUDGED
 
 BEGIN = "<!-- gpulab:readme-table {source} -->"
 END = "<!-- /gpulab:readme-table -->"
@@ -35,7 +36,7 @@ def bar_rows(df: pd.DataFrame) -> pd.DataFrame:
     rows = {}
     for r in b.itertuples():
         keys = json.loads(r.keys)
-        if keys.get("verdict") not in ("pass", "fail"):
+        if keys.get("verdict") not in JUDGED:
             continue
         k = (r.stage, r.host, keys["bar"])
         rows.setdefault(k, {"stage": r.stage, "host": r.host, "bar": keys["bar"],

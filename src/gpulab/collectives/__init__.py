@@ -18,7 +18,7 @@ from gpulab import launch, outcomes
 from gpulab.collectives import assemble, formulas, library, nccltests
 from gpulab.collectives import variants as variantmod
 from gpulab.collectives.settings import Settings
-from gpulab.outcomes import Check, NotApplicable
+from gpulab.outcomes import Check, NotApplicable, Verdict
 
 log = logging.getLogger("gpulab.collectives")
 WORKER = "gpulab.collectives.worker"
@@ -150,7 +150,7 @@ def run(ctx) -> "results.Result":  # noqa: F821 - gpulab.results.Result
     merged = assemble.merge_ranks(ranks)
     tabs = assemble.tables(merged)
     for name, df in tabs.items():
-        result.add_table(name, df, units=outcomes.units_for(df, assemble.EXTRA_UNITS))
+        result.add_table(name, df, units=outcomes.units_for(df))
     checks = assemble.checks(merged, result.attrs["backend"])
     checks += assemble.plausibility_checks(tabs["library"], result.attrs["device_name"])
     # The bars are built from the library table whether or not hand-written algorithms ran (the
@@ -171,7 +171,7 @@ def run(ctx) -> "results.Result":  # noqa: F821 - gpulab.results.Result
         result.add_table("bars", outcomes.bars_frame(assemble.bars(algs, kind, n, ref, note, link)))
     result.add_table("checks", outcomes.checks_frame(checks))
     result.add_table("not_applicable", outcomes.not_applicable_frame(skipped))
-    wrong = [c for c in checks if c.verdict == "fail"]
+    wrong = [c for c in checks if c.verdict == Verdict.FAIL]
     if wrong:
         log.error("collectives/%s: WRONG RESULTS: %s", variant.name,
                   "; ".join(f"{c.case} ({c.value:g} wrong)" for c in wrong))

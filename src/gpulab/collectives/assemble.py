@@ -15,11 +15,6 @@ from gpulab.collectives import formulas
 from gpulab.outcomes import Bar, Check
 
 LIBRARY_LABEL = "library"
-# Stage-specific units beside gpulab.outcomes.UNITS.
-EXTRA_UNITS = {"count": "elements", "time_s_median": "s", "time_s_min": "s", "time_s_max": "s",
-               "algbw_GBps": "GB/s", "busbw_GBps": "GB/s", "busbw_GBps_min": "GB/s",
-               "busbw_GBps_max": "GB/s", "wrong": "elements", "world_size": "ranks",
-               "iters": "calls", "repetition": "index", "bus_factor": "1", "repeats": "count"}
 # nccl-tests and torch.distributed differ in their process model (see the report's methods), so
 # the library may land on either side of nccl-tests; 5% either way is the same figure.
 NCCL_TESTS_TOLERANCE = 0.05

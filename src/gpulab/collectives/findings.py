@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from gpulab.findings import Finding, NotMeasurable, Rows
+from gpulab.outcomes import JUDGED, Verdict
 
 RING_BAR = "hand-written ring all-reduce busbw >= 70% of the library all-reduce"
 RING_THRESHOLD = 0.7  # the ring bar's threshold (gpulab.collectives.assemble)
@@ -33,8 +34,8 @@ def ring_reaches_library(rows: Rows):
     top = ratio.index.max()
     bars = rows.table("bars")
     b = bars[bars["bar"] == RING_BAR] if len(bars) else bars
-    judged = len(b) and b["verdict"].iloc[0] in ("pass", "fail")
-    claim = ("pass" if ok[top] else "fail") if judged else None
+    judged = len(b) and b["verdict"].iloc[0] in JUDGED
+    claim = Verdict.of(ok[top]).value if judged else None
     if from_size is None:
         text = (f"the hand-written ring all-reduce stays below {RING_THRESHOLD:g} of the library "
                 f"up to {_size(int(top))} ({ratio[top]:.2f} of its busbw there)")

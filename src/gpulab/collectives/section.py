@@ -11,8 +11,9 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from gpulab import limits, results  # noqa: E402
-from gpulab.report.frames import checks_summary  # noqa: E402
-from gpulab.report.html import Figures, esc, note  # noqa: E402
+from gpulab.outcomes import Reference, Verdict, references_frame  # noqa: E402
+from gpulab.kit.frames import checks_summary, collect_tagged, host_label  # noqa: E402
+from gpulab.kit.html import Figures, esc, note  # noqa: E402
 
 TITLE = "Collective communication"
 
@@ -64,26 +65,13 @@ bars use the largest size, where both are bandwidth-bound.</p>
 
 
 def _label(a: dict) -> str:
-    n = a.get("world_size", "?")
-    if a.get("device_kind") == "cpu":
-        return f"{a.get('host', '?')} ({n} gloo ranks on CPU)"
-    return f"{a.get('host', '?')} ({n}x {a.get('device_name', 'GPU')})"
+    return host_label(a, "world_size", cpu="{n} gloo ranks on CPU")
 
 
 def _collect(files: list[Path], table: str) -> pd.DataFrame:
-    frames = []
-    for f in files:
-        if table not in results.list_contents(f)["tables"]:
-            continue
-        df = results.read_table(f, table)
-        if df.empty:
-            continue
-        a = results.read_attrs(f)
-        df.insert(0, "host", _label(a))
-        if "variant" not in df:  # the 'variants' table names variants itself
-            df.insert(1, "variant", a.get("variant", "?"))
-        frames.append(df)
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    # the 'variants' table names variants itself
+    return collect_tagged(((f, results.read_attrs(f)) for f in files), table,
+                          lambda a: {"host": _label(a), "variant": a.get("variant", "?")})
 
 
 def _metric(df: pd.DataFrame) -> tuple[str, str]:
@@ -197,7 +185,7 @@ def _bar_verdict(files: list[Path], host: str) -> str:
     if bars.empty:
         return ""
     b = bars[(bars["host"] == host) & (bars["variant"] == "default")
-             & (bars["verdict"] != "not_applicable") & bars["bar"].str.startswith("library")]
+             & (bars["verdict"] != Verdict.NOT_APPLICABLE) & bars["bar"].str.startswith("library")]
     if b.empty:
         return ""
     r = b.iloc[0]
@@ -246,20 +234,17 @@ def references(files: list[Path]) -> pd.DataFrame:
         where = f"{_label(a)}, {lib['bytes'] / 2**20:.4g} MiB"
         nccl = a.get("nccl_tests")
         if isinstance(nccl, dict):
-            rows.append({"metric": f"library all-reduce busbw ({where})",
-                         "measured": lib["busbw_GBps"], "reference": nccl["ip_busbw_GBps"],
-                         "source": "nccl-tests all_reduce_perf (median over cycles), same job"})
+            rows.append(Reference.of(f"library all-reduce busbw ({where})", lib["busbw_GBps"],
+                                     nccl["ip_busbw_GBps"],
+                                     "nccl-tests all_reduce_perf (median over cycles), same job"))
         if a.get("device_kind") == "cuda":
             lim = limits.nvlink_bandwidth(str(a.get("device_name", "")))
             if lim.known:
-                rows.append({"metric": f"library all-reduce busbw ({where})",
-                             "measured": lib["busbw_GBps"], "reference": lim.value,
-                             "source": lim.source})
+                rows.append(Reference.of(f"library all-reduce busbw ({where})",
+                                         lib["busbw_GBps"], lim.value, lim.source))
         ring = _at_largest(algs, algorithm="ring")
         if ring is not None:
-            rows.append({"metric": f"hand-written ring all-reduce busbw ({where})",
-                         "measured": ring["busbw_GBps"], "reference": lib["busbw_GBps"],
-                         "source": "library all-reduce, same run"})
-    df = pd.DataFrame(rows, columns=["metric", "measured", "reference", "source"])
-    df["fraction"] = df["measured"] / df["reference"]
-    return df
+            rows.append(Reference.of(f"hand-written ring all-reduce busbw ({where})",
+                                     ring["busbw_GBps"], lib["busbw_GBps"],
+                                     "library all-reduce, same run"))
+    return references_frame(rows)

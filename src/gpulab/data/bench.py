@@ -128,14 +128,3 @@ def load_case(case: Case | None, name: str, kind: str, path: Path, fmt: str, met
                          f"MISMATCH: x equal {ok_x}, y equal {ok_y}")
     row["round_trip"] = check.verdict
     return row, check
-
-
-# Columns the shared units table (gpulab.outcomes.UNITS) does not name, or names differently here.
-LOAD_UNITS = {"rows": "samples", "values_per_row": "values", "file_bytes": "B", "tensor_bytes": "B",
-              "load_s_median": "s", "load_s_min": "s", "load_s_max": "s", "load_s_mean": "s",
-              "load_s_stdev": "s", "repeats": "count", "file_MBps": "MB/s (10^6 B, file size)",
-              "rows_per_s": "samples/s", "ttfb_s_median": "s", "ttfb_s_min": "s",
-              "ttfb_s_max": "s", "first_batch_rows": "samples", "peak_mem_bytes": "B",
-              "streaming": "bool", "round_trip": "verdict"}
-WRITE_UNITS = {"rows": "samples", "file_bytes": "B", "bytes_per_value": "B/value", "write_s": "s",
-               "write_MBps": "MB/s (10^6 B, file size)"}

@@ -11,7 +11,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from gpulab import outcomes, results  # noqa: E402
-from gpulab.report.html import Figures  # noqa: E402
+from gpulab.kit.html import Figures  # noqa: E402
 
 TITLE = "Data loading: CSV, JSON and HDF5"
 

@@ -84,18 +84,18 @@ def run(ctx: StageContext) -> results.Result:
     r = ctx.new_result("cpu", conventions=CONVENTIONS, files_dir=str(files_dir(ctx)),
                        batch_rows=cfg.batch_rows)
     loads_df, writes_df = pd.DataFrame(loads), pd.DataFrame(writes)
-    r.add_table("loads", loads_df, units=outcomes.units_for(loads_df, bench.LOAD_UNITS))
-    r.add_table("writes", writes_df, units=outcomes.units_for(writes_df, bench.WRITE_UNITS))
+    r.add_table("loads", loads_df, units=outcomes.units_for(loads_df))
+    r.add_table("writes", writes_df, units=outcomes.units_for(writes_df))
     r.add_table(outcomes.CHECKS, outcomes.checks_frame(checks))
     external = [c for c in checks if c.verdict == Verdict.NOT_APPLICABLE.value]
     r.add_table(outcomes.NOT_APPLICABLE, outcomes.not_applicable_frame(
         [NotApplicable(f"round trip of {c.case}", c.note) for c in external]))
-    r.add_table("datasets", pd.DataFrame([
+    datasets = pd.DataFrame([
         {"dataset": c.data.name, "kind": c.kind, "rows": c.data.rows,
          "sample_shape": "x".join(map(str, c.data.sample_shape)),
          "classes": c.data.meta["num_classes"], "source": c.data.meta.get("source", ""),
-         "tensor_bytes": c.data.nbytes, "from_cache": c.cached} for c in todo]),
-        units={"rows": "samples", "classes": "count", "tensor_bytes": "B", "from_cache": "bool"})
+         "tensor_bytes": c.data.nbytes, "from_cache": c.cached} for c in todo])
+    r.add_table("datasets", datasets, units=outcomes.units_for(datasets))
     log.info("data: %d loads timed, %d round-trip checks passed", len(loads), len(checks))
     return r
 

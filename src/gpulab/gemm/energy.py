@@ -6,7 +6,7 @@ import torch
 from gpulab import energy
 from gpulab.gemm import numerics
 
-COLUMNS, UNITS = energy.COLUMNS, energy.UNITS
+COLUMNS = energy.COLUMNS
 
 DTYPE = "bf16"
 # On a CPU the datasheet size (8192^3) takes minutes per call; the meter needs >= 1 s, not that.

@@ -11,19 +11,13 @@ import torch
 from gpulab import launch, outcomes, plausible
 from gpulab.gemm import energy, numerics, scaling, single
 from gpulab.gemm.settings import Settings
-from gpulab.outcomes import Check, NotApplicable
+from gpulab.outcomes import Check, NotApplicable, Verdict
 from gpulab.stage import StageContext
 
 log = logging.getLogger("gpulab.gemm")
 
 WORKER = "gpulab.gemm.worker"
 P2P_OFF_ENV = {"NCCL_P2P_DISABLE": "1"}  # NCCL then stages through host memory (SHM) over PCIe
-
-# Stage-specific units beside gpulab.outcomes.UNITS.
-EXTRA_UNITS = {"M": "elements", "N": "elements", "K": "elements", "P": "devices", "repeats": "count",
-               "panels": "count", "compute_s": "s", "comm_s": "s", "time_s_mean": "s",
-               "time_s_stdev": "s", "time_s_median": "s", "time_s_min": "s", "time_s_max": "s",
-               "bound": "1", "efficiency_vs_p1": "1"}
 
 
 def supported(dtypes, device: torch.device) -> tuple[list[numerics.Precision], list[NotApplicable]]:
@@ -161,12 +155,13 @@ def run(ctx: StageContext):
     if per_gpu_rows:
         tables.append(("per_gpu", pd.DataFrame(per_gpu_rows)))
     for name, df in tables:
-        result.add_table(name, df, outcomes.units_for(df, EXTRA_UNITS))
-    result.add_table("energy", pd.DataFrame(energy_rows, columns=energy.COLUMNS), energy.UNITS)
+        result.add_table(name, df, outcomes.units_for(df))
+    energy_df = pd.DataFrame(energy_rows, columns=energy.COLUMNS)
+    result.add_table("energy", energy_df, outcomes.units_for(energy_df))
     result.add_table("bars", outcomes.bars_frame(bars))
     result.add_table("checks", outcomes.checks_frame(checks))
     result.add_table("not_applicable", outcomes.not_applicable_frame(skipped))
-    failed = [c for c in checks if c.verdict == "fail"]
+    failed = [c for c in checks if c.verdict == Verdict.FAIL]
     if failed:
         log.error("gemm: %d of %d checks failed: %s", len(failed), len(checks),
                   "; ".join(f"{c.check} [{c.case}]" for c in failed[:5]))

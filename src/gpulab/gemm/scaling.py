@@ -52,9 +52,6 @@ def _error_ok(row) -> bool:
     return math.isfinite(e) and abs(e) <= b
 
 
-UNITS = {"M": "elements", "N": "elements", "K": "elements", "P": "devices",
-         "efficiency_vs_p1": "1"}
-
 # Efficiency = speed-up / P. SUMMA on NVLink keeps large GEMMs compute-bound; below one half, the
 # extra devices buy less than the communication costs.
 EFFICIENCY_THRESHOLD = 0.5

@@ -11,9 +11,10 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from gpulab import results  # noqa: E402
-from gpulab.report.frames import (BAR_SHOWN, bar_references, checks_summary,  # noqa: E402
-                                   collect_labelled)
-from gpulab.report.html import Figures, esc  # noqa: E402
+from gpulab.outcomes import Verdict  # noqa: E402
+from gpulab.kit.frames import (BAR_SHOWN, bar_references, checks_summary,  # noqa: E402
+                              collect_labelled, host_label)
+from gpulab.kit.html import Figures, esc  # noqa: E402
 
 TITLE = "Multi-device matrix multiplication (GEMM)"
 
@@ -53,9 +54,7 @@ PREC_ORDER = ["fp32", "tf32", "bf16", "fp16"]
 
 
 def _host(a: dict) -> str:
-    if a.get("device_kind") == "cpu":
-        return f"{a.get('host', '?')} (CPU, {a.get('n_devices', '?')} virtual devices)"
-    return f"{a.get('host', '?')} ({a.get('n_devices', '?')}x {a.get('device_name', '?')})"
+    return host_label(a, "n_devices", cpu="CPU, {n} virtual devices", unnamed="?")
 
 
 def _collect(files: list[Path], table: str) -> pd.DataFrame:
@@ -210,19 +209,19 @@ def headlines(files: list[Path]) -> list[str]:
                    f"{r['tflops_median']:.3g} TFLOP/s on {r['host']}.")
     bars = _collect(files, "bars")
     if not bars.empty:
-        failed = bars[bars["verdict"] == "fail"]
+        failed = bars[bars["verdict"] == Verdict.FAIL]
         peak = bars[bars["unit"] == "TFLOP/s"]
         fixed = peak[peak["bar"].str.contains(f" {HEADLINE_DTYPE} ", regex=False)]
         b = (fixed if len(fixed) else peak).head(1)
         if len(b):
             b = b.iloc[0]
             what = (f"{b['measured']:.4g} of {b['reference']:.4g} TFLOP/s ({b['ratio']:.1%}; bar "
-                    f"{b['threshold']:.0%}): {b['verdict']}" if b["verdict"] != "not_applicable"
+                    f"{b['threshold']:.0%}): {b['verdict']}" if b["verdict"] != Verdict.NOT_APPLICABLE
                     else f"not applicable ({b['note']})")
             out.append(f"{b['bar']}: {what}." + (
                 f" Failed bars: {len(failed)} of {len(bars)}." if len(failed) else ""))
         multi = bars[bars["bar"].str.startswith("multi-device GEMM")
-                     & (bars["verdict"] != "not_applicable")]
+                     & (bars["verdict"] != Verdict.NOT_APPLICABLE)]
         if len(multi):
             m = multi.iloc[0]
             out.append(f"{m['bar']}: {m['measured']:.3g}x on {m['reference']:.0f} GPUs "

@@ -108,7 +108,7 @@ def peak_bars(device: torch.device, device_name: str | None, size: int, precs, w
         check = error_check(row, "peak bar")
         checks.append(check)
         bar = peak_bar(row["dtype"], size, row["tflops_median"], device_name)
-        if check.verdict == "fail":
+        if check.verdict == Verdict.FAIL:
             # A fast wrong answer is not a result.
             bar = dataclasses.replace(bar, verdict=Verdict.FAIL.value, note=(
                 f"output failed its error check ({row['rel_error']:.2e} > {row['bound']:g})"))

@@ -49,9 +49,9 @@ def run_main(ctx) -> results.Result:
                        n_devices=len(devices), variants_not_applicable=not_applicable,
                        split_kernel=divide.kernel_for(kind, cfg.kernel),
                        note=_note(kind, len(devices), not_applicable))
-    r.add_table("divide", div_df, units=outcomes.units_for(div_df, bench.DIVIDE_UNITS))
-    r.add_table("split", split_df, units=outcomes.units_for(split_df, split.SPLIT_UNITS))
-    r.add_table("split_phases", phases_df, units=outcomes.units_for(phases_df, split.PHASE_UNITS))
+    r.add_table("divide", div_df, units=outcomes.units_for(div_df, bench.DIVIDE_NOTES))
+    r.add_table("split", split_df, units=outcomes.units_for(split_df, split.SPLIT_NOTES))
+    r.add_table("split_phases", phases_df, units=outcomes.units_for(phases_df))
     bar_list, physical = _bars_and_physical(kind, devices[0].name, len(devices), div_df, split_df)
     bar_df = outcomes.bars_frame(bar_list)
     r.add_table(outcomes.BARS, bar_df, units=outcomes.units_for(bar_df))

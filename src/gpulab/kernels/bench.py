@@ -94,9 +94,5 @@ def run_divide(device: Device, cfg: Settings) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-# Columns the shared units table (gpulab.outcomes.UNITS) does not name, or names differently here.
-DIVIDE_UNITS = {"bytes_per_thread": "B", "time_s_median": "s",
-                "time_s_min": "s", "time_s_max": "s", "time_s_mean": "s", "time_s_stdev": "s",
-                "gbps": "GB/s (read+write)", "gbps_min": "GB/s (read+write)",
-                "gbps_max": "GB/s (read+write)", "fraction_of_copy": "1", "repeats": "count",
-                "calls_per_sample": "count"}
+# What the divide table's bandwidth counts, beside its unit (gpulab.outcomes.units_for).
+DIVIDE_NOTES = {"gbps": "read+write"}

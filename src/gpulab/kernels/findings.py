@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from gpulab.findings import Finding, NotMeasurable, Rows
+from gpulab.outcomes import JUDGED, Verdict
 
 ROOFLINE_BAR = "vec16 divide vs same-size copy"
 
@@ -13,9 +14,9 @@ def divide_roofline(rows: Rows):
     if b.empty:
         return NotMeasurable("kernels.divide_roofline", "no divide-vs-copy bar in the result")
     r = b.iloc[0]
-    if r["verdict"] not in ("pass", "fail"):
+    if r["verdict"] not in JUDGED:
         return NotMeasurable("kernels.divide_roofline", str(r["note"]) or "bar not applicable")
-    at = r["verdict"] == "pass"
+    at = r["verdict"] == Verdict.PASS
     where = "at the copy roofline" if at else "below the copy roofline"
     return Finding(
         "kernels.divide_roofline",

@@ -21,11 +21,8 @@ from gpulab.kernels.bars import job_checks
 from gpulab.kernels.settings import Settings
 from gpulab.outcomes import Check
 
-# Columns the shared units table (gpulab.outcomes.UNITS) does not name, or names differently here.
-JOB_UNITS = {"launch_unix": "s (Unix time)", "start_unix": "s (Unix time)",
-             "end_unix": "s (Unix time)", "duration_s": "s", "calls": "count",
-             "gbps": "GB/s (read+write)",
-             "startup_s": "s (interpreter start to the first timed call)"}
+# What the jobs' columns count, beside their units (gpulab.outcomes.units_for).
+JOB_NOTES = {"gbps": "read+write", "startup_s": "interpreter start to the first timed call"}
 
 
 def _process_start() -> float:
@@ -182,7 +179,7 @@ def run_job(ctx, index: int) -> results.Result:
                        startup_s=startup,
                        note="" if ids else "no GPU ids: this job ran on a CPU host (CPU kernel)")
     job_df = pd.DataFrame([row])
-    r.add_table("job", job_df, units=outcomes.units_for(job_df, JOB_UNITS))
+    r.add_table("job", job_df, units=outcomes.units_for(job_df, JOB_NOTES))
     r.add_table(outcomes.CHECKS, outcomes.checks_frame([
         Check.of("output exact vs numpy", f"job {index}: {variant}, {n} B", verified)]))
     return r
@@ -232,15 +229,13 @@ def aggregate(ctx, paths: list[Path]) -> results.Result:
     }])
     kind = "cuda" if "cuda" in kinds else "cpu"
     r = ctx.new_result(kind, jobs=k, host_gpu_pool=pool, devices_used=used)
-    since = "s (from the first job's launch)"
-    r.add_table("jobs", jobs, units=outcomes.units_for(jobs, {**JOB_UNITS, "launch_s": since,
+    since = "from the first job's launch"
+    r.add_table("jobs", jobs, units=outcomes.units_for(jobs, {**JOB_NOTES, "launch_s": since,
                                                               "start_s": since, "end_s": since}))
-    r.add_table("per_device", per_device, units={"jobs": "count", "kernel_s": "s"})
-    r.add_table("summary", summary, units={
-        "jobs": "count", "host_gpus": "count", "devices_used": "count",
-        "max_concurrency": "jobs (processes, launch to end)",
-        "max_kernel_concurrency": "jobs (kernel work, start to end)", "makespan_s": "s",
-        "busy_s": "s (sum of launch to end)", "mean_concurrency": "jobs (busy / makespan)"})
+    r.add_table("per_device", per_device, units=outcomes.units_for(per_device))
+    r.add_table("summary", summary, units=outcomes.units_for(summary, {
+        "max_concurrency": "processes, launch to end", "max_kernel_concurrency": "kernel work, start to end",
+        "busy_s": "sum of launch to end", "mean_concurrency": "busy / makespan"}))
     checks, na = job_checks(k, len(pool), len(used), conc, kconc)
     checks += [Check.of("output exact vs numpy", f"job {int(j.job)}", bool(j.verified))
                for j in jobs.itertuples()]

@@ -11,7 +11,8 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from gpulab import outcomes, results  # noqa: E402
-from gpulab.report.html import Figures, esc, note  # noqa: E402
+from gpulab.kit.frames import failed_suffix, host_kind_column  # noqa: E402
+from gpulab.kit.html import Figures, esc, note  # noqa: E402
 
 TITLE = "Kernels: the divide kernel, splitting an image over devices, independent jobs"
 
@@ -69,14 +70,10 @@ def _split(files: list[Path]) -> tuple[list[Path], list[Path]]:
     return mains, aggs
 
 
-def _hosts_label(df: pd.DataFrame) -> pd.Series:
-    return df["host"].astype(str) + " (" + df["device_kind"].astype(str) + ")"
-
-
 def _divide_figure(df: pd.DataFrame, figs: Figures) -> str:
     d = df.copy()
     d["MiB"] = d["size_bytes"] / 2**20
-    d["who"] = _hosts_label(d)
+    d["who"] = host_kind_column(d)
     multi = d["who"].nunique() > 1
     fig, ax = plt.subplots(figsize=(7, 4))
     sns.lineplot(data=d[d.variant != "copy"], x="MiB", y="gbps", hue="variant",
@@ -229,7 +226,7 @@ def headlines(files: list[Path]) -> list[str]:
         big = d[d["size_bytes"] == d["size_bytes"].max()]
         best = big[big.variant != "copy"].sort_values("gbps").iloc[-1]
         copy = big[big.variant == "copy"].iloc[0]
-        failed = "" if a.get("verdict") != "fail" else f" FAILED: {a.get('verdict_summary')}."
+        failed = failed_suffix(a)
         out.append(f"Divide kernel ({best.variant}) on {a.get('device_name')}: {best.gbps:.1f} GB/s "
                    f"(read+write), {100 * best.fraction_of_copy:.0f}% of a same-size copy "
                    f"({copy.gbps:.1f} GB/s).{failed}")
@@ -253,13 +250,11 @@ def references(files: list[Path]) -> pd.DataFrame:
         if a.get("device_kind") != "cuda":
             continue
         for b in results.read_table(f, outcomes.BARS).itertuples():
-            if "datasheet" in b.bar and b.verdict != outcomes.Verdict.NOT_APPLICABLE.value:
-                rows.append({"metric": f"{b.bar} ({b.unit}, read+write)", "measured": b.measured,
-                             "reference": b.reference, "source": b.source, "fraction": b.ratio})
+            if "datasheet" in b.bar and b.verdict != outcomes.Verdict.NOT_APPLICABLE:
+                rows.append(outcomes.Reference.of_bar(f"{b.bar} ({b.unit}, read+write)", b))
         d = results.read_table(f, "divide")
         copy = float(d[(d.variant == "copy") & (d.size_bytes == d.size_bytes.max())]["gbps"].iloc[0])
-        rows.append({"metric": "same-device copy (GB/s, read+write)", "measured": copy,
-                     "reference": A5000_D2D_GBPS,
-                     "source": "seed: RTX A5000 p2pBandwidthLatencyTest diagonal (read+write)",
-                     "fraction": copy / A5000_D2D_GBPS})
-    return pd.DataFrame(rows, columns=["metric", "measured", "reference", "source", "fraction"])
+        rows.append(outcomes.Reference.of(
+            "same-device copy (GB/s, read+write)", copy, A5000_D2D_GBPS,
+            "seed: RTX A5000 p2pBandwidthLatencyTest diagonal (read+write)"))
+    return outcomes.references_frame(rows)

@@ -224,10 +224,5 @@ def _log_like_seed(mode: Mode, rows: list[dict], wall: timing.Stats, ok: bool) -
     log.info("  Array check %s", "passed" if ok else "FAILED")
 
 
-# Columns the shared units table (gpulab.outcomes.UNITS) does not name, or names differently here.
-SPLIT_UNITS = {"wall_s_median": "s", "wall_s_min": "s", "wall_s_max": "s",
-               "wall_s_mean": "s", "wall_s_stdev": "s", "gbps": "GB/s (image bytes / wall time)",
-               "overlap": "1 (component / execution time)", "repeats": "count", "chunks": "count",
-               "devices": "count"}
-PHASE_UNITS = {"time_s_median": "s", "time_s_min": "s", "time_s_max": "s", "time_s_mean": "s",
-               "time_s_stdev": "s", "repeats": "count", "chunks": "count", "devices": "count"}
+# What the split table's columns count, beside their units (gpulab.outcomes.units_for).
+SPLIT_NOTES = {"gbps": "image bytes / wall time", "overlap": "component / execution time"}

@@ -20,11 +20,6 @@ from gpulab.probe import nodestate
 log = logging.getLogger("gpulab.probe")
 
 _SCALAR = (str, int, float, bool, type(None))
-# Columns of the gpus table the shared units table (gpulab.outcomes.UNITS) does not name.
-GPU_UNITS = {"memory_bytes": "B", "l2_cache_bytes": "B", "sm_clock_max_mhz": "MHz",
-             "mem_clock_max_mhz": "MHz", "sm_clock_now_mhz": "MHz", "mem_clock_now_mhz": "MHz",
-             "power_limit_w": "W", "pcie_gen_max": "PCIe generation", "pcie_gen_now": "PCIe generation",
-             "pcie_width_max": "lanes", "pcie_width_now": "lanes"}
 
 
 def collect() -> dict:
@@ -77,7 +72,7 @@ def build_result(ctx_stage: str, variant: str, config: dict, info: dict) -> resu
         [{"package": k, "version": str(v)} for k, v in sorted(info["software"].items())]))
     gpu_rows = [{k: v for k, v in g.items() if isinstance(v, _SCALAR)} for g in info["gpus"]]
     gpus = pd.DataFrame(gpu_rows).fillna(-1) if gpu_rows else pd.DataFrame({"index": pd.Series([], dtype=int)})
-    r.add_table("gpus", gpus, units=outcomes.units_for(gpus, GPU_UNITS))
+    r.add_table("gpus", gpus, units=outcomes.units_for(gpus))
     links, source = nvlink_table(info)
     r.attrs["nvlink_source"] = source
     if not links.empty:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-from gpulab.outcomes import Check
+from gpulab.outcomes import Check, Verdict
 
 # NVML clock event ("throttle") reason bits, by the names nvidia-smi -q uses.
 SLOWDOWN_REASONS = {
@@ -166,6 +166,6 @@ def failures(files, host: str | None = None) -> list[tuple[str, str, str, str]]:
         if "checks" not in results.list_contents(f)["tables"]:
             continue
         c = results.read_table(f, "checks")
-        bad = c[c["check"].astype(str).str.startswith("node state") & (c["verdict"] == "fail")]
+        bad = c[c["check"].astype(str).str.startswith("node state") & (c["verdict"] == Verdict.FAIL)]
         out += [(str(a.get("host")), str(r.check), str(r.case), str(r.note)) for r in bad.itertuples()]
     return out

@@ -11,7 +11,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from gpulab import outcomes, results  # noqa: E402
-from gpulab.report.html import Figures, esc, note  # noqa: E402
+from gpulab.kit.html import Figures, esc, note  # noqa: E402
 
 TITLE = "System under test"
 
@@ -115,7 +115,7 @@ def _node_state(f: Path, a: dict, figs: Figures) -> list[str]:
     c = results.read_table(f, outcomes.CHECKS)
     if c.empty:
         return []
-    bad = c[c["verdict"] == "fail"]
+    bad = c[c["verdict"] == outcomes.Verdict.FAIL]
     out = []
     if len(bad):
         out.append(note(f"Node state of {a['host']} before the run: " + "; ".join(

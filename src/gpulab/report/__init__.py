@@ -19,7 +19,7 @@ from gpulab import findings, results
 from gpulab.report import chapters, damage, fragments, provenance, sections
 from gpulab.report import energy as energy_figure
 from gpulab.report import fleet as fleet_chapter
-from gpulab.report.html import Figures, error_box, esc, note, page
+from gpulab.kit.html import Figures, error_box, esc, note, page
 
 log = logging.getLogger("gpulab.report")
 

@@ -16,7 +16,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-COLOURS = {"pass": "#2a9d4b", "fail": "#d0312d"}
+from gpulab.outcomes import Verdict  # noqa: E402
+
+COLOURS = {Verdict.PASS.value: "#2a9d4b", Verdict.FAIL.value: "#d0312d"}
 OTHER_COLOUR = "#7a8ca8"
 LABEL_CHARS = 44
 
@@ -49,7 +51,7 @@ def bar_rows(bars: pd.DataFrame) -> pd.DataFrame:
     b["label"] = [short(lab + (f" @{h}" if multi_host else "")) for lab, h in
                   zip(label, b.get("host", pd.Series("", index=b.index)))]
     b["ratio"] = pd.to_numeric(b["ratio"], errors="coerce").fillna(0.0)
-    b["failed"] = b["verdict"] == "fail"
+    b["failed"] = b["verdict"] == Verdict.FAIL
     b = b.sort_values("failed", ascending=False, kind="stable")
     return b[cols].reset_index(drop=True)
 

@@ -13,11 +13,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from gpulab import limits, outcomes, results  # noqa: E402
+from gpulab import limits, outcomes, results, seedref  # noqa: E402
 from gpulab.report import bars_figure  # noqa: E402
 from gpulab.report import references as refs  # noqa: E402
 from gpulab.report import verdicts  # noqa: E402
-from gpulab.report.html import Figures, esc, note  # noqa: E402
+from gpulab.kit.html import Figures, esc, note  # noqa: E402
 from gpulab.report.fragments import Fragment  # noqa: E402
 
 GENERAL_METHODS = """
@@ -104,9 +104,11 @@ def _fraction_figure(bars: pd.DataFrame, references: pd.DataFrame, figs: Figures
 
 def _a5000_figure(figs: Figures) -> str:
     mats = refs.a5000_p2p()
-    show = [("uni_p2p_off", "uni, P2P off (GB/s)"), ("uni_p2p_on", "uni, P2P on (GB/s)"),
-            ("bi_p2p_off", "bi, P2P off (GB/s)"), ("bi_p2p_on", "bi, P2P on (GB/s)"),
-            ("lat_p2p_off_gpu", "latency, P2P off (us)"), ("lat_p2p_on_gpu", "latency, P2P on (us)")]
+    show = [("uni_ce_p2p_disabled_GBps", "uni, P2P off (GB/s)"),
+            ("uni_ce_p2p_enabled_GBps", "uni, P2P on (GB/s)"),
+            ("bi_ce_p2p_disabled_GBps", "bi, P2P off (GB/s)"), ("bi_ce_p2p_enabled_GBps", "bi, P2P on (GB/s)"),
+            ("latency_ce_p2p_disabled_gpu_us", "latency, P2P off (us)"),
+            ("latency_ce_p2p_enabled_gpu_us", "latency, P2P on (us)")]
     fig, axes = plt.subplots(2, 3, figsize=(9, 5.2))
     for ax, (key, title) in zip(axes.flat, show):
         sns.heatmap(mats[key], annot=True, fmt=".3g", cbar=False, cmap="viridis", ax=ax)
@@ -115,7 +117,7 @@ def _a5000_figure(figs: Figures) -> str:
         ax.set_ylabel("src GPU")
     fig.tight_layout()
     return figs.figure(fig, "Reference: CUDA samples' p2pBandwidthLatencyTest on 2x RTX A5000 "
-                            "with NVLink 3 (seed notes). Bandwidth in GB/s, one direction (uni) "
+                            f"with {seedref.LINK} (seed notes). Bandwidth in GB/s, one direction (uni) "
                             "or the sum of both (bi); latency in microseconds; rows: source GPU.")
 
 
@@ -160,7 +162,7 @@ def comparison(frags: list[Fragment], files: list[Path],
     else:
         parts.append(note("No stage compared its numbers with reference figures yet."))
     parts.append(_fraction_figure(bars, pd.concat(keyed, ignore_index=True) if keyed
-                                  else pd.DataFrame(columns=refs.REFERENCE_COLUMNS + ["stage"]), figs))
+                                  else pd.DataFrame(columns=outcomes.REFERENCE_COLUMNS + ["stage"]), figs))
 
     parts.append(f"<h3>{number}.3 Datasheet limits</h3>")
     ds = refs.datasheets()

@@ -7,7 +7,7 @@ command that redoes it, and the report counts each as an error (its command exit
 from __future__ import annotations
 
 from gpulab import results
-from gpulab.report.html import esc
+from gpulab.kit.html import esc
 
 
 def abstract_note(damaged: list[results.DamagedResult]) -> str:

@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from gpulab import results  # noqa: E402
-from gpulab.report.html import Figures, esc, note  # noqa: E402
+from gpulab.kit.html import Figures, esc, note  # noqa: E402
 
 
 def rows(files: list[Path]) -> pd.DataFrame:

@@ -16,7 +16,7 @@ import seaborn as sns  # noqa: E402
 
 from gpulab import baseline as bl  # noqa: E402
 from gpulab import fleet as fl  # noqa: E402
-from gpulab.report.html import Figures, error_box, esc, note  # noqa: E402
+from gpulab.kit.html import Figures, error_box, esc, note  # noqa: E402
 
 METHODS = (
     "<p>Each host of a GPU model is compared with the others of the same model (device kinds and "

@@ -1,7 +1,7 @@
 """One stage's chapter, rendered on its own: a fragment (issue 28).
 
 A fragment holds everything the report takes from a stage's section: its rendered HTML (figures
-and tables numbered with tokens, see :class:`gpulab.report.html.Figures`), headlines, methods,
+and tables numbered with tokens, see :class:`gpulab.kit.html.Figures`), headlines, methods,
 reference rows and verdict lines, and the errors each hook raised (shown where the report shows that
 hook's output). The workflow renders one fragment per stage (`gpulab.report.cli fragment`), so a
 change to one stage re-renders one chapter; the report only assembles them. A fragment is JSON, its
@@ -20,7 +20,7 @@ import pandas as pd
 from gpulab import results
 from gpulab.report import references as refs
 from gpulab.report import sections, verdicts
-from gpulab.report.html import Figures, error_box
+from gpulab.kit.html import Figures, error_box
 
 log = logging.getLogger("gpulab.report")
 

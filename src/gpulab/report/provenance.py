@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from gpulab import results
-from gpulab.report.html import Figures, esc, note
+from gpulab.kit.html import Figures, esc, note
 
 
 def _short_commit(a: dict) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from gpulab import outcomes, results
-from gpulab.report.html import esc
+from gpulab.kit.html import esc
 
 # Reasons shown per line, and characters per reason: the abstract stays a summary.
 MAX_REASONS = 2

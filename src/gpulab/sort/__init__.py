@@ -13,18 +13,10 @@ from gpulab import outcomes
 from gpulab.outcomes import NotApplicable
 from gpulab.stage import StageContext, progress
 
-# Stage-specific units beside gpulab.outcomes.UNITS.
-EXTRA_UNITS = {"n_keys": "keys", "devices": "count", "time_s_median": "s", "time_s_min": "s",
-               "time_s_max": "s", "time_s_mean": "s", "time_s_stdev": "s", "repeats": "count",
-               "keys_moved": "keys", "bytes_moved": "B", "bytes_h2d": "B", "bytes_d2h": "B",
-               "share": "1", "pivot": "keys", "len_left": "keys", "len_right": "keys",
-               "round": "count", "histogram_passes": "count", "tie_keys": "keys",
-               "moved_fraction": "1", "logical_devices": "count", "physical_devices": "count"}
-
 
 def _table(result, name: str, rows: list[dict], columns: list[str]) -> None:
     df = pd.DataFrame(rows, columns=None if rows else columns)
-    result.add_table(name, df, units=outcomes.units_for(df, EXTRA_UNITS))
+    result.add_table(name, df, units=outcomes.units_for(df))
 
 
 def run(ctx: StageContext):

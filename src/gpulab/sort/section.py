@@ -11,9 +11,10 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from gpulab import results  # noqa: E402
-from gpulab.report.frames import (BAR_SHOWN, bar_references, checks_summary,  # noqa: E402
-                                   collect_labelled)
-from gpulab.report.html import Figures, esc  # noqa: E402
+from gpulab.outcomes import Verdict  # noqa: E402
+from gpulab.kit.frames import (BAR_SHOWN, bar_references, checks_summary,  # noqa: E402
+                              collect_labelled, host_label)
+from gpulab.kit.html import Figures, esc  # noqa: E402
 
 TITLE = "Multi-device sorting"
 
@@ -56,9 +57,7 @@ kernel), not a performance result.</p>
 """
 
 def _label(a: dict) -> str:
-    kind = a.get("device_kind")
-    what = "CPU virtual devices" if kind == "cpu" else a.get("device_name", "GPU")
-    return f"{a.get('host', '?')} ({a.get('devices_available', '?')}x {what})"
+    return host_label(a, "devices_available", cpu="{n}x CPU virtual devices")
 
 
 def _collect(files: list[Path], table: str) -> pd.DataFrame:
@@ -226,11 +225,11 @@ def headlines(files: list[Path]) -> list[str]:
         names = results.list_contents(f)["tables"]
         if "bars" in names:
             b = results.read_table(f, "bars")
-            b = b[b["verdict"] != "not_applicable"]
+            b = b[b["verdict"] != Verdict.NOT_APPLICABLE]
             if len(b):
                 fixed = b[b["bar"].str.startswith(f"{HEADLINE_ALGORITHM} ")]
                 r = (fixed if len(fixed) else b).iloc[0]
-                failed = int((b["verdict"] == "fail").sum())
+                failed = int((b["verdict"] == Verdict.FAIL).sum())
                 out.append(f"{r['bar']}: {r['measured']:.2f}x ({r['ratio']:.0%} efficiency; "
                            f"bar {r['threshold']:.0%}: {r['verdict']})."
                            + (f" Failed bars: {failed} of {len(b)}." if failed else ""))

@@ -88,7 +88,7 @@ def run(ctx: StageContext):
             ranks = _launch(ctx, "ddp", cfg, n)
             launch.record_placement(res, ranks)
             agg = tables.ddp_table([r for rk in ranks for r in rk["rows"]])
-            res.add_table("ddp", agg, units=tables.units_for(agg))
+            res.add_table("ddp", agg, units=outcomes.units_for(agg))
             _add(res, "ddp_ranks", [r for rk in ranks for r in rk["rows"]])
             _add(res, "lr_scaling", ranks[0]["curves"])
             checks += [Check(**c) for c in ranks[0]["checks"]]
@@ -122,7 +122,7 @@ def _model_parallel(ctx, res, cfg, kind, n, checks: list) -> list[Bar]:
     else:
         agg, rows_checked, bars = tables.tensor_tables(rows, [rk["checks"] for rk in ranks], cfg,
                                                        kind, used)
-    res.add_table(ctx.variant, agg, units=tables.units_for(agg))
+    res.add_table(ctx.variant, agg, units=outcomes.units_for(agg))
     checks += rows_checked
     return bars
 
@@ -153,4 +153,4 @@ def _digits(ctx):
 
 def _add(res, name: str, rows: list[dict]):
     df = pd.DataFrame(rows)
-    res.add_table(name, df, units=tables.units_for(df))
+    res.add_table(name, df, units=outcomes.units_for(df))

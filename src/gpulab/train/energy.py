@@ -14,10 +14,10 @@ import math
 
 import torch
 
-from gpulab import energy
+from gpulab import energy, outcomes
 from gpulab.train.settings import Settings
 
-COLUMNS, UNITS = energy.COLUMNS, energy.UNITS
+COLUMNS = energy.COLUMNS
 
 
 def operation(model: str, batch: int) -> str:
@@ -70,5 +70,5 @@ def add_table(result, cfg: Settings, dataset, device: torch.device) -> None:
     """The single variant's ``energy`` table."""
     import pandas as pd
 
-    result.add_table("energy", pd.DataFrame(step_rows(cfg, dataset, device), columns=COLUMNS),
-                     UNITS)
+    df = pd.DataFrame(step_rows(cfg, dataset, device), columns=COLUMNS)
+    result.add_table("energy", df, outcomes.units_for(df))

@@ -13,8 +13,8 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from gpulab import results  # noqa: E402
-from gpulab.report.frames import checks_summary  # noqa: E402
-from gpulab.report.html import Figures, esc, note  # noqa: E402
+from gpulab.kit.frames import checks_summary, collect_tagged, host_label  # noqa: E402
+from gpulab.kit.html import Figures, esc, note  # noqa: E402
 
 TITLE = "Training: data, model, pipeline and tensor parallelism"
 
@@ -60,11 +60,7 @@ J/sample = energy / (steps &times; batch).</p>
 
 
 def _label(a: dict) -> str:
-    n = a.get("n_devices", "?")
-    if a.get("device_kind") == "cpu":
-        return f"{a.get('host', '?')} ({n} CPU virtual dev.)"
-    names = a.get("device_names") or ["GPU"]
-    return f"{a.get('host', '?')} ({n}x {names[0]})"
+    return host_label(a, "n_devices", cpu="{n} CPU virtual dev.")
 
 
 def _by_variant(files: list[Path]) -> dict[str, list[tuple[Path, dict]]]:
@@ -76,13 +72,7 @@ def _by_variant(files: list[Path]) -> dict[str, list[tuple[Path, dict]]]:
 
 
 def _table(pairs, name: str) -> pd.DataFrame:
-    frames = []
-    for f, a in pairs:
-        if name in results.list_contents(f)["tables"]:
-            df = results.read_table(f, name)
-            df.insert(0, "system", _label(a))
-            frames.append(df)
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return collect_tagged(pairs, name, lambda a: {"system": _label(a)}, keep_empty=True)
 
 
 def _single(pairs, figs: Figures) -> list[str]:

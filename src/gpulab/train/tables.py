@@ -7,26 +7,12 @@ from gpulab import outcomes
 from gpulab.outcomes import Bar, Check, Verdict
 
 # No torch here: the Snakefile imports gpulab.train (for its config check) at parse time.
-UNITS = {"step_s_median": "s", "step_s_min": "s", "step_s_max": "s", "samples_per_s": "samples/s",
-         "data_s": "s", "forward_s": "s", "backward_s": "s", "optimizer_s": "s",
-         "peak_mem_bytes": "B", "global_batch": "samples", "local_batch": "samples",
-         "devices": "count", "repeats": "count", "loss": "1", "final_loss": "1",
-         "efficiency": "1", "lr": "1", "step": "count"}
 
 
 def scaling_efficiency(throughput: float, n: int, throughput_1: float) -> float:
     """throughput(N) / (N x throughput(1)): 1.0 is perfect scaling (strong or weak alike, once
     expressed as throughput; strong keeps the global batch, weak the per-device batch)."""
     return throughput / (n * throughput_1) if throughput_1 > 0 else float("nan")
-
-
-def units_for(df: pd.DataFrame, extra: dict | None = None) -> dict:
-    u = {**UNITS, "bucket_cap_mb": "MB", "comm_exposed_s": "s", "backward_nosync_s": "s",
-         "stage_fb_s": "s", "busy_s": "s", "bubble_measured": "1", "bubble_gpipe": "1",
-         "grad_rel_err": "1", "loss_rel_err": "1", "micro_batch": "samples", "microbatches": "count",
-         "stages": "count", "params_local": "count", "value": "1", "bound": "1",
-         "tolerance": "1", "epoch": "count", **(extra or {})}
-    return outcomes.units_for(df, u)
 
 
 def slowest_rank(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:

@@ -12,29 +12,22 @@ import logging
 import numpy as np
 import pandas as pd
 
-from gpulab import outcomes, phases, results
-from gpulab.transfer import bars, energy, hostmem, malloc, matrices, seedref
-from gpulab.transfer.measure import CONVENTIONS, MAX_QUEUED, ROW_UNITS
+from gpulab import outcomes, phases, results, seedref
+from gpulab.transfer import bars, energy, hostmem, malloc, matrices
+from gpulab.transfer.measure import CONVENTIONS, MAX_QUEUED
 from gpulab.transfer.settings import Settings
 
 log = logging.getLogger("gpulab.transfer")
 STAGE = "transfer"
 
 
-def _units(df: pd.DataFrame, extra: dict | None = None) -> dict:
-    u = outcomes.units_for(df, {**ROW_UNITS, **(extra or {})})
-    if "unit" in df.columns:
-        for c in ("value_median", "value_min", "value_max"):
-            if c in df.columns:
-                u[c] = "see column 'unit' (GB/s for bandwidth, us for latency)"
-    if "value_rw_median" in df.columns:
-        u["value_rw_median"] = "GB/s (read+write)"
-    return u
+# The value columns of the transfer rows hold bandwidths and latencies, each row's in its 'unit'.
+NOTES = {"value": "GB/s for bandwidth, us for latency"}
 
 
-def _add(result, name: str, df: pd.DataFrame, extra_units: dict | None = None):
+def _add(result, name: str, df: pd.DataFrame):
     if df is not None and len(df):
-        result.add_table(name, df, units=_units(df, extra_units))
+        result.add_table(name, df, units=outcomes.units_for(df, NOTES))
 
 
 def _host_memory(result, cfg: Settings):
@@ -70,7 +63,7 @@ def _gpu(result, cfg: Settings, n: int) -> tuple[int, list, list]:
                       cols=labels, title="P2P Connectivity Matrix (cudaDeviceCanAccessPeer; 1 on the diagonal)")
     _add(result, "torch_d2d", ena["torch_d2d"])
     _add(result, "hybrid", ena.get("hybrid"))
-    _add(result, "malloc", pd.concat([dis["malloc"], ena.get("malloc")], ignore_index=True), malloc.UNITS)
+    _add(result, "malloc", pd.concat([dis["malloc"], ena.get("malloc")], ignore_index=True))
     _add(result, "host_device", hst["host_device"])
     _add(result, "host_device_threads", hst["host_device_threads"])
     _add(result, "host_device_links", hst.get("host_device_links"))
@@ -78,10 +71,7 @@ def _gpu(result, cfg: Settings, n: int) -> tuple[int, list, list]:
     _add(result, "links", pd.DataFrame([
         {"gpu": i, **{k: v for k, v in ln.items() if k != "nvlinks_to"},
          "nvlinks_to": ",".join(f"GPU{j}:{c}" for j, c in sorted(ln.get("nvlinks_to", {}).items()))}
-        for i, ln in enumerate(links)]), {"pcie_gen_now": "PCIe generation", "pcie_gen_max": "PCIe generation",
-                                          "pcie_width_now": "lanes", "pcie_width_max": "lanes",
-                                          "nvlinks": "links", "nvlinks_switch": "links",
-                                          "nvlinks_unknown": "links"})
+        for i, ln in enumerate(links)]))
     bar_rows = bars.gpu_bars(p2p_rows, names, links, hst["h2d_bar"], hst["host_device"],
                              hst.get("host_device_links"))
     tables = {"p2p": p2p_rows, "p2p_sweep": result.tables.get("p2p_sweep"),

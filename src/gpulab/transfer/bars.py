@@ -23,7 +23,7 @@ import pandas as pd
 
 from gpulab import devices as devmod
 from gpulab import limits, plausible
-from gpulab.outcomes import Bar, Check, NotApplicable
+from gpulab.outcomes import Bar, Check, NotApplicable, Verdict
 from gpulab.transfer.measure import ISSUE_BOUND, ISSUE_BOUND_BYTES
 
 # Fractions of the physical limit a healthy system reaches (an H200 SXM measured 0.83 of HBM for a
@@ -162,7 +162,7 @@ def p2p_bars(p2p_rows: pd.DataFrame, names: list[str], links: list[dict]) -> lis
             share = devmod.nvlink_share(links, i, j) if links else None
             if share:  # NVML sees an NVLink path, CUDA refuses peer access: a broken setup
                 out.append(Bar(bar, float(m.value_median), float("nan"), "NVML NVLink topology",
-                               P2P_THRESHOLD, "GB/s", "fail", float("nan"), ">=",
+                               P2P_THRESHOLD, "GB/s", Verdict.FAIL.value, float("nan"), ">=",
                                "NVML reports NVLink between these GPUs but CUDA gives no peer access "
                                "(copies staged through the host): driver, fabric manager or "
                                "virtualisation setup"))

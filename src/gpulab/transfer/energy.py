@@ -1,7 +1,7 @@
 """Energy of the same-device copy (J/GB, average W), measured by gpulab.energy."""
 from __future__ import annotations
 
-from gpulab import energy
+from gpulab import energy, outcomes
 from gpulab.transfer.settings import Settings
 
 
@@ -48,4 +48,5 @@ def add_table(result, cfg: Settings, kind: str) -> None:
     except Exception as exc:  # noqa: BLE001 - the energy rows never take the stage down
         rows = [energy.not_applicable_row("same-device copy", kind, f"energy measurement failed: "
                                           f"{exc!r}", "GB")]
-    result.add_table("energy", pd.DataFrame(rows, columns=energy.COLUMNS), energy.UNITS)
+    df = pd.DataFrame(rows, columns=energy.COLUMNS)
+    result.add_table("energy", df, outcomes.units_for(df))

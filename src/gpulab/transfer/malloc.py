@@ -51,8 +51,3 @@ def bin_times(times: np.ndarray, **keys) -> pd.DataFrame:
                      "time_us_median": st.median * 1e6, "time_us_min": st.min * 1e6,
                      "time_us_max": st.max * 1e6})
     return pd.DataFrame(rows)
-
-
-# Columns the shared units table (gpulab.outcomes.UNITS) does not name.
-UNITS = {"alloc_bytes": "B", "time_us_median": "us", "time_us_min": "us", "time_us_max": "us",
-         "prior_from": "allocations", "prior_to": "allocations", "samples": "count"}

@@ -75,12 +75,6 @@ def latency_row(samples_s, copies: int, **keys) -> dict:
             "unit": "us", "samples_s": samples_json(st.samples)}
 
 
-# Columns of the transfer rows that the shared units table (gpulab.outcomes.UNITS) does not name.
-ROW_UNITS = {"bytes_per_sample": "B", "time_s_median": "s", "time_s_min": "s", "time_s_max": "s",
-             "spread": "(max-min)/median", "copies": "count", "spin_timeouts": "samples",
-             "samples_s": "s per sample (JSON list)"}
-
-
 def random_bytes(n: int, seed: int) -> np.ndarray:
     """Random payload (never zeros) so a stale or zeroed destination fails verification."""
     return np.frombuffer(np.random.default_rng(seed).bytes(n), dtype=np.uint8).copy()

@@ -14,7 +14,8 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from gpulab import outcomes, results  # noqa: E402
-from gpulab.report.html import Figures, esc  # noqa: E402
+from gpulab.kit.frames import failed_suffix, host_kind, host_kind_column  # noqa: E402
+from gpulab.kit.html import Figures, esc  # noqa: E402
 
 TITLE = "Transfers: peer-to-peer, host <-> device, hybrid split, allocation cost"
 
@@ -81,8 +82,7 @@ def _tables(f: Path) -> list[str]:
 
 
 def _host(f: Path) -> str:
-    a = results.read_attrs(f)
-    return f"{a.get('host')} ({a.get('device_kind')})"
+    return host_kind(results.read_attrs(f))
 
 
 def _heatmaps(f: Path, names: list[str], figs: Figures, what: str, fmt: str) -> str:
@@ -150,7 +150,7 @@ def _sweep_figure(df: pd.DataFrame, figs: Figures, x: str, hue: str, style: str 
 def _with_host(files: list[Path], table: str) -> pd.DataFrame:
     df = results.collect(files, table)
     if len(df):
-        df["who"] = df["host"].astype(str) + " (" + df["device_kind"].astype(str) + ")"
+        df["who"] = host_kind_column(df)
     return df
 
 
@@ -232,8 +232,8 @@ def render(files: list[Path], figs: Figures) -> str:
                                     "threshold; not_applicable with the reason."))
         if outcomes.CHECKS in tabs:
             ch = results.read_table(f, outcomes.CHECKS)
-            shown = ch[(ch.check != "copy verified") | (ch.verdict != "pass")]
-            shown = shown[(shown.check != "spin kernel held the stream") | (shown.verdict != "pass")]
+            shown = ch[(ch.check != "copy verified") | (ch.verdict != outcomes.Verdict.PASS)]
+            shown = shown[(shown.check != "spin kernel held the stream") | (shown.verdict != outcomes.Verdict.PASS)]
             if len(shown):
                 parts.append(figs.table(shown, f"Checks on {_host(f)} (harness overhead = gpulab's call "
                                                "path vs torch on the same copy: framework overhead, not a "
@@ -304,7 +304,7 @@ def headlines(files: list[Path]) -> list[str]:
     out = []
     for f in files:
         a = results.read_attrs(f)
-        failed = "" if a.get("verdict") != "fail" else f" FAILED: {a.get('verdict_summary')}."
+        failed = failed_suffix(a)
         if a.get("device_kind") == "cuda":
             gpu = (a.get("gpu_names") or ["GPU"])[0]
             s = (f"Same-device copy: {_diag(f, 'uni_ce_p2p_enabled_GBps'):.0f} GB/s (read+write) on {gpu}"
@@ -332,15 +332,14 @@ def references(files: list[Path]) -> pd.DataFrame:
 
         def ref(metric, measured, reference, source):
             if not (math.isnan(measured) or math.isnan(reference)):
-                rows.append({"metric": f"{metric} [{host}]", "measured": measured, "reference": reference,
-                             "source": source, "fraction": measured / reference})
+                rows.append(outcomes.Reference.of(f"{metric} [{host}]", measured, reference, source))
 
         same = _diag(f, "uni_ce_p2p_enabled_GBps")
         seed = "seed p2pBandwidthLatencyTest, RTX A5000"
         ref("same-device copy GB/s (read+write)", same, _diag(f, "ref_a5000_uni_ce_p2p_enabled_GBps"), seed)
         if outcomes.BARS in _tables(f):
             for b in results.read_table(f, outcomes.BARS).itertuples():
-                if b.verdict != outcomes.Verdict.NOT_APPLICABLE.value:
+                if b.verdict != outcomes.Verdict.NOT_APPLICABLE:
                     ref(b.bar + f" ({b.unit})", b.measured, b.reference, b.source)
         ref("GPU-GPU P2P uni GB/s", _offdiag(f, "uni_ce_p2p_enabled_GBps"),
             _offdiag(f, "ref_a5000_uni_ce_p2p_enabled_GBps"), seed)
@@ -350,4 +349,4 @@ def references(files: list[Path]) -> pd.DataFrame:
             _offdiag(f, "ref_a5000_latency_ce_p2p_enabled_gpu_us"), seed)
         ref("same-device latency us (GPU)", _diag(f, "latency_ce_p2p_enabled_gpu_us"),
             _diag(f, "ref_a5000_latency_ce_p2p_enabled_gpu_us"), seed)
-    return pd.DataFrame(rows, columns=["metric", "measured", "reference", "source", "fraction"])
+    return outcomes.references_frame(rows)

@@ -9,7 +9,8 @@ is the registry's. The contract of a section module:
 - ``render(files: list[Path], figs: Figures) -> str``: HTML (figures, tables; hosts side by side)
 - ``METHODS: str``: methodology and counting conventions (HTML)
 - ``headlines(files) -> list[str]``: 1-3 sentences with the key numbers, for the abstract
-- optional ``references(files) -> DataFrame`` (metric, measured, reference, source, fraction)
+- optional ``references(files) -> DataFrame``: :class:`gpulab.outcomes.Reference` rows
+  (:func:`gpulab.outcomes.references_frame`)
 
 Sections read results only through :mod:`gpulab.results`. A section that raises must not take the
 report down: :class:`Section` calls every hook through :meth:`Section.call`, which logs the error and

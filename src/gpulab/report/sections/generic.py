@@ -17,7 +17,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from gpulab import results  # noqa: E402
-from gpulab.report.html import Figures, esc  # noqa: E402
+from gpulab.kit.html import Figures, esc  # noqa: E402
 
 TITLE = "Results"
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from gpulab.outcomes import Verdict
+
 CSS = """
 body{font-family:Georgia,serif;max-width:1100px;margin:2em auto;padding:0 1em;line-height:1.45;color:#222}
 h1,h2,h3,h4{font-family:Helvetica,Arial,sans-serif}
@@ -122,7 +124,7 @@ def shown_rows(df: pd.DataFrame, max_rows: int) -> pd.DataFrame:
     A reader must never miss a failure because the table was cut or sorted it out of sight."""
     if "verdict" not in df.columns:
         return df.head(max_rows)
-    failed = df["verdict"].astype(str) == "fail"
+    failed = df["verdict"].astype(str) == Verdict.FAIL
     return pd.concat([df[failed], df[~failed].head(max(0, max_rows - int(failed.sum())))])
 
 
