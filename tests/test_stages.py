@@ -145,22 +145,39 @@ def headlines(files):
     return ["Tiny counted."]
 '''
 
+# Its health metric (gpulab.metrics): the count, as a gating metric of baselines and the fleet view.
+TINY_METRICS = '''\
+from gpulab import metrics as m
+from gpulab import results
+
+
+def extract(path, a, group):
+    n = len(results.read_table(path, "numbers"))
+    return m.rows(group, a["host"], "tiny", "tiny/count", "count", m.HIGHER, [n, n, n])
+'''
+
 
 @pytest.fixture(scope="module")
 def tiny_stage(tmp_path_factory):
-    """A copy of the workflow with one more stage: its package (code, schema.yaml, section.py) and
-    its spec entry, nothing else."""
+    """A copy of the workflow with one more stage: its package (code, schema.yaml, section.py, the
+    health metric), its spec entry and its place in the health preset, nothing else."""
     wf = copy_workflow(tmp_path_factory.mktemp("tiny") / "wf")
     pkg = wf / "src" / "gpulab" / "tiny"
     pkg.mkdir()
     (pkg / "__init__.py").write_text(TINY_INIT)
     (pkg / "schema.yaml").write_text(TINY_SCHEMA)
     (pkg / "section.py").write_text(TINY_SECTION)
+    (pkg / "metrics.py").write_text(TINY_METRICS)
     registry = wf / "src" / "gpulab" / "stages.py"
     text = registry.read_text()
     assert text.count("\n]}\n") == 1
     registry.write_text(text.replace(
-        "\n]}\n", '\n    StageSpec("tiny", "Tiny", gpus="none", tables=("numbers",)),\n]}\n'))
+        "\n]}\n", '\n    StageSpec("tiny", "Tiny", gpus="none", tables=("numbers",), '
+        'metrics="gpulab.tiny.metrics:extract", health_variant="main"),\n]}\n'))
+    preset = wf / "workflow" / "presets" / "health.yaml"
+    cfg = yaml.safe_load(preset.read_text())
+    cfg["report"]["stages"].append("tiny")
+    preset.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return wf
 
 
@@ -201,3 +218,18 @@ def test_a_registered_stage_gets_its_rule_schema_section_and_place_in_the_report
     html = (wf / "results" / "report" / "report.html").read_text()
     assert "Tiny counting" in html and "tiny counted 3" in html
     assert 'name="gpulab-section-errors" content="0"' in html
+    # Health checks (issue 26: five places in all): its metric in baselines and the fleet view, its
+    # job in the `health` target and the health preset, from the spec's hooks alone.
+    p = subprocess.run([sys.executable, "-c", "from gpulab import metrics; "
+                        "d = metrics.find('results'); "
+                        "print(sorted(set(d[d.stage == 'tiny'].metric + ':' + d.cls)))"],
+                       cwd=wf, capture_output=True, text=True, env=env)
+    assert p.stdout.strip() == "['tiny/count:gating']", p.stdout + p.stderr
+    fleet = subprocess.run([sys.executable, "-m", "gpulab", "fleet", "--results-dir", "results"],
+                           cwd=wf, capture_output=True, text=True, env=env)
+    # (the fleet view counts metrics per GPU model: tiny's is the one metric of this run)
+    assert "1 host(s): testhost; 1 metrics" in fleet.stdout, fleet.stdout + fleet.stderr
+    for target in ("health", "all"):
+        plan = job_counts(snakemake(wf, target, "--cores", "1", "--dry-run", "--forceall",
+                                    "--configfile", "workflow/presets/health.yaml", env=env).stdout)
+        assert plan.get("tiny") == 1, (target, plan)
