@@ -11,11 +11,12 @@
 # expected), a 5th with a foreign process (bf16 GEMMs + 1 GiB copies) on GPU0 (exit 1 expected,
 # the node state names the process). Every figure comes back under OUT (no datasets).
 set -uo pipefail
+cd "$(dirname "$0")/../.."
 cmd=${1:?start|poll}; OUT=${2:?output folder}
 PY=${PY:-python3}
 SM="$PY -m snakemake"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"   # python -m gpulab from the checkout
-export NCCL_NVLS_ENABLE=0
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 STATE=.acceptance
 mkdir -p "$STATE"
