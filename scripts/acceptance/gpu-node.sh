@@ -3,16 +3,18 @@
 # real hardware, as one script with two phases, because the GPU preset outlasts one remote call.
 #
 #   scripts/acceptance/gpu-node.sh start OUT   # installs snakemake from ./wheelhouse if missing, starts
-#                                              # the GPU preset in the background (setsid), returns
-#   scripts/acceptance/gpu-node.sh poll OUT    # until done: progress; then export, bundle, verify,
-#                                              # a one-stage change, the health sequence; small files to OUT
+#                                              # the whole run detached (setsid), returns at once
+#   scripts/acceptance/gpu-node.sh poll OUT    # progress, for at most POLL_S (570) seconds; copies the
+#                                              # small files made so far to OUT; call again until DONE
+# The run: the GPU preset, then verify, export, bundle, a one-stage change, the health sequence.
 #
 # The health sequence: 3 healthy runs into one baseline (noise-aware), a 4th compared (exit 0
 # expected), a 5th with a foreign process (bf16 GEMMs + 1 GiB copies) on GPU0 (exit 1 expected,
 # the node state names the process). Every figure comes back under OUT (no datasets).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-cmd=${1:?start|poll}; OUT=${2:?output folder}
+SELF="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
+cmd=${1:?start|poll}; OUT=$(realpath -m "${2:?output folder}")
+cd "$(dirname "$SELF")/../.."
 PY=${PY:-python3}
 SM="$PY -m snakemake"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"   # python -m gpulab from the checkout
@@ -27,38 +29,43 @@ case "$cmd" in
 start)
   have_snakemake || $PY -m pip install -q --no-index --find-links wheelhouse snakemake==9.27.1 \
       snakemake-executor-plugin-slurm==2.8.0 >"$STATE/pip.log" 2>&1 || { tail "$STATE/pip.log"; exit 1; }
-  nvidia-smi -L >"$OUT/gpus.txt" 2>&1
-  setsid nohup bash -c "
-    t0=\$(date +%s)
-    $SM --cores all --configfile workflow/presets/gpu.yaml >$STATE/gpu-preset.log 2>&1
-    echo \"rc=\$? seconds=\$(( \$(date +%s) - t0 ))\" >$STATE/gpu-preset.done
-  " >/dev/null 2>&1 < /dev/null &
-  echo "started the GPU preset (log: $STATE/gpu-preset.log)"
+  rm -rf "$STATE/out" && mkdir -p "$STATE/out"
+  setsid nohup "$SELF" run-all "$PWD/$STATE/out" >"$STATE/run-all.log" 2>&1 < /dev/null &
+  echo "started (progress: $STATE/out/progress.txt)"
   ;;
 poll)
-  while [ ! -f "$STATE/gpu-preset.done" ]; do
-    grep -E "of [0-9]+ steps|Error" "$STATE/gpu-preset.log" | tail -2
-    sleep 20
-  done
-  cat "$STATE/gpu-preset.done" | tee "$OUT/gpu-preset.done"
+  end=$(( $(date +%s) + ${POLL_S:-570} ))
+  while [ "$(date +%s)" -lt "$end" ] && [ ! -f "$STATE/out/DONE" ]; do sleep 15; done
+  cp -r "$STATE/out/." "$OUT/" 2>/dev/null
+  tail -5 "$STATE/out/progress.txt" 2>/dev/null
+  [ -f "$STATE/out/DONE" ] && echo DONE || echo "still running"
+  ;;
+run-all)
+  say() { echo "$(date -u +%H:%M:%S) $*" >> "$OUT/progress.txt"; }
+  nvidia-smi -L > "$OUT/gpus.txt" 2>&1
+  say "GPU preset started"
+  t0=$(date +%s)
+  $SM --cores all --configfile workflow/presets/gpu.yaml > "$STATE/gpu-preset.log" 2>&1
+  say "GPU preset rc=$? seconds=$(( $(date +%s) - t0 ))"
   grep -E "steps|Finished|Error" "$STATE/gpu-preset.log" > "$OUT/gpu-preset-progress.txt"
   tail -200 "$STATE/gpu-preset.log" > "$OUT/gpu-preset-tail.log"
-  # Row counts per table (issue 28: the same measurements before and after).
-  $PY -m gpulab verify --results-dir results > "$OUT/verify.txt" 2>&1; echo "verify rc=$?" >> "$OUT/verify.txt"
-  $PY -m gpulab export --results-dir results --out "$OUT/export" > "$OUT/export.log" 2>&1
-  $PY -m gpulab export --format prom --results-dir results --out "$OUT/export/gpulab" >> "$OUT/export.log" 2>&1
-  $PY -m gpulab bundle "$STATE/bundle.tar.gz" >"$OUT/bundle.log" 2>&1 \
-    && $PY -m gpulab bundle "$STATE/bundle.tar.gz" --verify >>"$OUT/bundle.log" 2>&1
-  echo "bundle rc=$? size=$(stat -c %s "$STATE/bundle.tar.gz" 2>/dev/null)" >> "$OUT/bundle.log"
+  $PY -m gpulab verify --results-dir results > "$OUT/verify.txt" 2>&1; say "verify rc=$?"
+  $PY -m gpulab export --results-dir results --out "$OUT/export/results" > "$OUT/export.log" 2>&1
+  say "export rc=$?"
+  $PY -m gpulab export --format prom --results-dir results --out "$OUT/export/gpulab" \
+    >> "$OUT/export.log" 2>&1; say "prom rc=$?"
+  $PY -m gpulab bundle "$STATE/bundle.tar.gz" > "$OUT/bundle.log" 2>&1 \
+    && $PY -m gpulab bundle "$STATE/bundle.tar.gz" --verify >> "$OUT/bundle.log" 2>&1
+  say "bundle+verify rc=$? bytes=$(stat -c %s "$STATE/bundle.tar.gz" 2>/dev/null)"
   cp results/report/report.html "$OUT/" 2>/dev/null
   # A one-stage config change: only that stage, its chapter and the assembly rerun (issue 28).
-  t0=$(date +%s)
   $SM --cores all --configfile workflow/presets/gpu.yaml --config 'sort={"warmup": 2}' -n \
     > "$OUT/one-stage-dry-run.txt" 2>&1
+  t0=$(date +%s)
   $SM --cores all --configfile workflow/presets/gpu.yaml --config 'sort={"warmup": 2}' \
     > "$STATE/one-stage.log" 2>&1
-  echo "one-stage rerun rc=$? seconds=$(( $(date +%s) - t0 ))" >> "$OUT/one-stage-dry-run.txt"
-  # The health sequence (issue 25).
+  say "one-stage rerun rc=$? seconds=$(( $(date +%s) - t0 ))"
+  # The health sequence (issue 25), on fresh results.
   rm -rf results/probe results/transfer results/collectives results/gemm results/report
   for i in 1 2 3 4 5; do
     if [ "$i" = 5 ]; then
@@ -76,16 +83,17 @@ PYEOF
     fi
     t0=$(date +%s)
     $SM health --cores all --configfile workflow/presets/health.yaml > "$STATE/health-$i.log" 2>&1
-    echo "health run $i rc=$? seconds=$(( $(date +%s) - t0 ))" | tee -a "$OUT/health.txt"
+    say "health run $i rc=$? seconds=$(( $(date +%s) - t0 ))"
     case $i in
       1) $PY -m gpulab baseline save accept > "$OUT/baseline-1.txt" 2>&1 ;;
       2|3) $PY -m gpulab baseline save accept --add > "$OUT/baseline-$i.txt" 2>&1 ;;
-      *) $PY -m gpulab compare accept > "$OUT/compare-$i.txt" 2>&1
-         echo "compare run $i rc=$?" | tee -a "$OUT/health.txt" ;;
+      *) $PY -m gpulab compare accept > "$OUT/compare-$i.txt" 2>&1; say "compare run $i rc=$?" ;;
     esac
-    $PY -m gpulab verify --results-dir results >/dev/null 2>&1
   done
   [ -n "${FOREIGN:-}" ] && kill "$FOREIGN" 2>/dev/null
   cp results/probe/*.h5 "$OUT/" 2>/dev/null
+  cp baselines/accept.yaml "$OUT/" 2>/dev/null
+  say "finished"; touch "$OUT/DONE"
   ;;
+*) echo "usage: $0 start|poll OUT" >&2; exit 2 ;;
 esac
