@@ -89,10 +89,16 @@ def test_scaling_uses_the_single_device_baseline_and_marks_missing_p():
     multi = pd.DataFrame([
         {"transport": "nccl", "algorithm": "summa", "M": 8, "N": 8, "K": 8, "dtype": "fp32",
          "P": p, "time_s_median": t, "tflops_median": 1.0} for p, t in ((1, 5.0), (2, 2.5))])
-    t = scaling.table(single, multi, [1, 2, 4], n_devices=2).set_index("P")
+    t = scaling.table(single, multi).set_index("P")
     assert t.loc[2, "speedup"] == pytest.approx(1.6) and t.loc[2, "efficiency"] == pytest.approx(0.8)
     assert t.loc[2, "efficiency_vs_p1"] == pytest.approx(1.0)
-    assert t.loc[4, "status"] == "not applicable: 2 device(s) available" and math.isnan(t.loc[4, "speedup"])
+    # A P not measured is no table row (no free-text status to parse back) ...
+    assert list(t.index) == [1, 2] and "status" not in t.columns
+    # ... but a not_applicable row with its reason where a launch gave none (P=4 > 2 devices is
+    # the runner's own row, "2 cpu device(s) in this job")
+    assert scaling.unmeasured(multi, [1, 2], 2) == []
+    [gone] = scaling.unmeasured(multi[multi["P"] == 1], [1, 2], 2)
+    assert gone.what == "strong scaling nccl summa P=2" and gone.reason.startswith("not run")
 
 
 def test_schema_fills_defaults_and_names_bad_keys():
@@ -133,7 +139,9 @@ def test_stage_records_measurements_checks_and_what_is_not_applicable(stage_resu
     assert set(multi["P"]) == {1, 2} and set(multi["transport"]) == {"gloo"}
     assert (multi["rel_error"] <= multi["bound"]).all()
     scal = results.read_table(stage_result, "scaling")
-    assert (scal[scal["P"] == 3]["status"].str.startswith("not applicable")).all()
+    assert 3 not in set(scal["P"]) and "status" not in scal.columns
+    na = results.read_table(stage_result, "not_applicable")
+    assert "P=3" in set(na["what"]), na
     bars = results.read_table(stage_result, "bars")
     assert list(bars.columns) == outcomes.BAR_COLUMNS
     # On CPU devices neither bar can be judged: not applicable, with the reason, never "failed".
@@ -170,7 +178,7 @@ def _scaling(speedup_at_4: float) -> pd.DataFrame:
          "P": p, "time_s_median": 4.0 / s, "tflops_median": 1.0}
         for alg, k in (("row1d", 0.5), ("summa", 1.0))
         for p, s in ((1, 1.0), (4, speedup_at_4 * k))])
-    return scaling.table(single, multi, [1, 4], n_devices=4)
+    return scaling.table(single, multi)
 
 
 def test_multi_device_bar_is_speedup_against_one_device_and_fails_when_slow():
@@ -317,9 +325,9 @@ def test_multi_device_bar_judges_a_fixed_algorithm_and_a_failed_fp64_check_fails
             for alg, s4, err in (("row1d", 3.9, 1e-3), ("summa", summa_speedup, summa_err))
             for p, s in ((1, 1.0), (4, s4))])
 
-    [bar] = scaling.bars(scaling.table(single, multi(1.0), [1, 4], 4), "cuda", 4, [1, 4])
+    [bar] = scaling.bars(scaling.table(single, multi(1.0)), "cuda", 4, [1, 4])
     assert "summa" in bar.bar and bar.verdict == "fail" and bar.measured == pytest.approx(1.0)
-    [wrong] = scaling.bars(scaling.table(single, multi(3.8, 0.5), [1, 4], 4), "cuda", 4, [1, 4])
+    [wrong] = scaling.bars(scaling.table(single, multi(3.8, 0.5)), "cuda", 4, [1, 4])
     assert wrong.verdict == "fail" and "error check" in wrong.note
     [none] = scaling.bars(pd.DataFrame(), "cuda", 1, [])  # gemm.ranks: [] on an 8-GPU node
     assert none.verdict == "not_applicable" and "gemm.ranks" in none.note

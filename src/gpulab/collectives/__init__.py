@@ -43,21 +43,22 @@ def not_measured(variant: variantmod.Variant, ops: list[str], applicable: bool) 
     return rows
 
 
-def variant_table(configured: list[str], current: str, kind: str) -> pd.DataFrame:
-    """The configured path variants and where each one's results are (NCCL-only ones are not
-    applicable where the ranks run gloo on CPU, so the workflow runs only the default there)."""
-    rows = []
+def variant_table(configured: list[str], current: str,
+                  kind: str) -> tuple[pd.DataFrame, list[NotApplicable]]:
+    """The configured path variants and where each one's results are, and the variants that do
+    not apply here as not_applicable rows with the reason (NCCL-only ones where the ranks run gloo
+    on CPU, so the workflow runs only the default there)."""
+    rows, skipped = [], []
     for name in configured:
         v = variantmod.get(name)
-        if v.name == current:
-            status = "this result"
-        elif v.gpu_only and kind != "cuda":
-            status = "not applicable: NCCL setting, this host ran gloo on CPU virtual devices"
-        else:
-            status = f"separate result ({v.name}.h5)"
-        rows.append({"variant": v.name, "env": " ".join(f"{k}={x}" for k, x in v.env.items()),
-                     "note": v.note, "status": status})
-    return pd.DataFrame(rows)
+        env = " ".join(f"{k}={x}" for k, x in v.env.items())
+        if v.name != current and v.gpu_only and kind != "cuda":
+            skipped.append(NotApplicable(f"path variant {v.name} ({env or v.note})",
+                                         "an NCCL setting; this host ran gloo on CPU virtual devices"))
+            continue
+        rows.append({"variant": v.name, "env": env, "note": v.note,
+                     "result": "this result" if v.name == current else f"{v.name}.h5"})
+    return pd.DataFrame(rows, columns=["variant", "env", "note", "result"]), skipped
 
 
 def payload_for(cfg: Settings, variant: variantmod.Variant, backend: str) -> dict:
@@ -120,7 +121,9 @@ def run(ctx) -> "results.Result":  # noqa: F821 - gpulab.results.Result
                                         "(n-1)/n, broadcast 1; t = slowest rank's per-call time")
     skipped = not_measured(variant, cfg.ops, applicable)
     if variant.name == "default":
-        result.add_table("variants", variant_table(cfg.variants, variant.name, kind))
+        table, not_here = variant_table(cfg.variants, variant.name, kind)
+        result.add_table("variants", table)
+        skipped += not_here
     if not applicable:
         # Nothing was checked here: the result's verdict is not_applicable, never "verified".
         log.info("collectives/%s: not applicable on %s (%s)", variant.name, kind, variant.note)

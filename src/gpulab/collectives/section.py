@@ -122,9 +122,6 @@ def _algorithms_figure(algs: pd.DataFrame, figs: Figures) -> str:
 def render(files: list[Path], figs: Figures) -> str:
     lib = _collect(files, "library")
     parts = []
-    variants = _collect(files, "variants")
-    na = variants[variants["status"].str.startswith("not applicable")] if not variants.empty \
-        else variants
     if not lib.empty:
         for host, d in lib.groupby("host", sort=False):
             parts.append(_library_figure(d, host, figs))
@@ -152,9 +149,6 @@ def render(files: list[Path], figs: Figures) -> str:
         parts.append(figs.table(bars.drop(columns=["variant"]),
                                 "Bars, measured in the same job (defined with more than one GPU; "
                                 "otherwise not applicable, with the reason)."))
-    if not na.empty:
-        parts.append(figs.table(na[["host", "variant", "env", "status"]],
-                                "Path variants not run on this host, and why."))
     na_rows = _collect(files, "not_applicable")
     if not na_rows.empty:
         parts.append(figs.table(na_rows.drop_duplicates(["host", "what", "reason"])

@@ -147,7 +147,8 @@ def run(ctx: StageContext):
     checks = [single.error_check(r, "single") for r in single_rows] + [
         single.error_check(r, f"{r['algorithm']} P={r['P']} {r['transport']}") for r in multi_rows
     ] + checks
-    scal = scaling.table(single_df, multi_df, ranks, world)
+    scal = scaling.table(single_df, multi_df)
+    skipped += scaling.unmeasured(multi_df, runnable, world)
     bars, physical = plausible.guard_all(bars)  # every peak bar is against the dense peak
     checks += physical + single.plausibility_checks(single_rows, multi_rows, devices[0].name)
     bars += scaling.bars(scal, kind, world, ranks)

@@ -1,4 +1,5 @@
-"""Strong scaling from the measured rows: speedup and efficiency, with N/A rows for missing P."""
+"""Strong scaling from the measured rows: speedup and efficiency; a P not measured is a
+not_applicable row of the result, never a table row with a status string."""
 from __future__ import annotations
 
 import dataclasses
@@ -6,17 +7,18 @@ import math
 
 import pandas as pd
 
-from gpulab.outcomes import Bar, Verdict
+from gpulab.outcomes import Bar, NotApplicable, Verdict
 
 KEYS = ["M", "N", "K", "dtype"]
 
 
-def table(single: pd.DataFrame, multi: pd.DataFrame, ranks: list[int], n_devices: int) -> pd.DataFrame:
-    """One row per (transport, algorithm, size, dtype, P).
+def table(single: pd.DataFrame, multi: pd.DataFrame) -> pd.DataFrame:
+    """One row per measured (transport, algorithm, size, dtype, P).
 
     speedup = T_single / T_P with T_single the single-device baseline of the same size and dtype;
     efficiency = speedup / P; efficiency_vs_p1 = T_1 / (P * T_P) against the algorithm's own P=1.
-    P beyond the devices present appears with status 'not applicable'.
+    A P that was not measured is no row here but a not_applicable row of the result
+    (:func:`unmeasured`, and the runner's P beyond the devices present), with its reason.
     """
     base = {tuple(r[k] for k in KEYS): r["time_s_median"] for _, r in single.iterrows()}
     rows = []
@@ -27,21 +29,30 @@ def table(single: pd.DataFrame, multi: pd.DataFrame, ranks: list[int], n_devices
         by_p = {int(r["P"]): r for _, r in grp.iterrows()}
         t1 = by_p[1]["time_s_median"] if 1 in by_p else math.nan
         t_single = base.get(tuple(key), math.nan)
-        wanted = sorted(set(ranks) | set(by_p)) if transport != "nccl_p2p_off" else sorted(by_p)
-        for p in wanted:
-            row = {"transport": transport, "algorithm": algorithm, **dict(zip(KEYS, key)), "P": p}
-            if p in by_p:
-                t = by_p[p]["time_s_median"]
-                row.update(time_s=t, tflops=by_p[p]["tflops_median"], speedup=t_single / t,
-                           efficiency=t_single / (p * t), efficiency_vs_p1=t1 / (p * t),
-                           error_ok=_error_ok(by_p[p]), status="measured")
-            else:
-                row.update(time_s=math.nan, tflops=math.nan, speedup=math.nan,
-                           efficiency=math.nan, efficiency_vs_p1=math.nan, error_ok=False,
-                           status=f"not applicable: {n_devices} device(s) available"
-                           if p > n_devices else "not run")
-            rows.append(row)
+        for p in sorted(by_p):
+            t = by_p[p]["time_s_median"]
+            rows.append({"transport": transport, "algorithm": algorithm, **dict(zip(KEYS, key)),
+                         "P": p, "time_s": t, "tflops": by_p[p]["tflops_median"],
+                         "speedup": t_single / t, "efficiency": t_single / (p * t),
+                         "efficiency_vs_p1": t1 / (p * t), "error_ok": _error_ok(by_p[p])})
     return pd.DataFrame(rows)
+
+
+def unmeasured(multi: pd.DataFrame, ranks: list[int], n_devices: int) -> list[NotApplicable]:
+    """The P within the devices present that a launch asked for and gave no row of (a failed or
+    cut launch: its crash is a check of its own), one per (transport, algorithm, P)."""
+    wanted = sorted({int(p) for p in ranks if int(p) <= n_devices})
+    out = []
+    if multi.empty:
+        return out
+    for (transport, algorithm), grp in multi.groupby(["transport", "algorithm"], sort=False):
+        if transport == "nccl_p2p_off":  # measured at the largest P only, by design
+            continue
+        have = {int(p) for p in grp["P"]}
+        out += [NotApplicable(f"strong scaling {transport} {algorithm} P={p}",
+                              "not run: the launch gave no row for it")
+                for p in wanted if p not in have]
+    return out
 
 
 def _error_ok(row) -> bool:
@@ -80,8 +91,7 @@ def bars(scal: pd.DataFrame, kind: str, world: int, ranks: list[int] | None = No
     if world < 2:
         return [Bar.not_applicable(name, f"needs >= 2 GPUs ({world} here)", unit="x",
                                    threshold=EFFICIENCY_THRESHOLD)]
-    ran = scal[(scal["status"] == "measured") & (scal["transport"] == "nccl") & (scal["P"] > 1)] \
-        if len(scal) else scal
+    ran = scal[(scal["transport"] == "nccl") & (scal["P"] > 1)] if len(scal) else scal
     if ran.empty:
         return [Bar.not_applicable(name, "no multi-device run over NCCL with P > 1", unit="x")]
     p = int(ran["P"].max())

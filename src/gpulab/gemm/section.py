@@ -156,10 +156,11 @@ def render(files: list[Path], figs: Figures) -> str:
         scal["size"] = _size(scal)
         s = scal[scal["size"] == _largest(scal)]
         cols = ["host", "transport", "algorithm", "dtype", "P", "tflops", "speedup", "efficiency",
-                "efficiency_vs_p1", "status"]
+                "efficiency_vs_p1"]
         parts.append(figs.table(s[cols], f"Strong scaling at {s['size'].iloc[0]}: speedup against "
                                          "the single-device baseline, efficiency = speedup / P; "
-                                         "P beyond the devices present is not applicable."))
+                                         "a P not measured (beyond the devices present) is in the "
+                                         "result's not-applicable list, with its reason."))
     bars = _collect(files, "bars")
     if not bars.empty:
         parts.append(figs.table(bars[BAR_SHOWN],
