@@ -128,6 +128,13 @@ def link_bars(h2d: dict, host_device: pd.DataFrame, per_gpu: pd.DataFrame | None
     return out
 
 
+def _min_limit(a: limits.Limit, b: limits.Limit) -> limits.Limit:
+    """The slower of two links used one after the other; unknown where either is."""
+    if not (a.known and b.known):
+        return a if not a.known else b
+    return a if a.value <= b.value else b
+
+
 def p2p_limit(names: list[str], links: list[dict], i: int, j: int) -> tuple[limits.Limit, str]:
     """The limit of the pair i -> j and how the pair is connected."""
     share = devmod.nvlink_share(links, i, j) if links else None
@@ -141,10 +148,7 @@ def p2p_limit(names: list[str], links: list[dict], i: int, j: int) -> tuple[limi
         return (limits.Limit(nv.value * share, "GB/s",
                              f"{nv.source} x {share:.3g} ({round(share * n)} of {n} links reach GPU{j})"),
                 "NVLink")
-    a, b = pcie_limit(links[i]), pcie_limit(links[j])
-    if not (a.known and b.known):
-        return (a if not a.known else b), "PCIe"
-    return (a if a.value <= b.value else b), "PCIe"
+    return _min_limit(pcie_limit(links[i]), pcie_limit(links[j])), "PCIe"
 
 
 def p2p_bars(p2p_rows: pd.DataFrame, names: list[str], links: list[dict]) -> list[Bar]:
@@ -197,12 +201,6 @@ def _sum_limits(parts: list[limits.Limit], what: str) -> limits.Limit:
         return unknown[0] if unknown else limits.Limit(None, "GB/s", "", f"{what}: no path")
     return limits.Limit(sum(p.value for p in parts), "GB/s",
                         f"{what}: " + " + ".join(f"{p.value:.4g} ({p.source})" for p in parts))
-
-
-def _min_limit(a: limits.Limit, b: limits.Limit) -> limits.Limit:
-    if not (a.known and b.known):
-        return a if not a.known else b
-    return a if a.value <= b.value else b
 
 
 def hybrid_limit(names: list[str], links: list[dict], row: dict) -> limits.Limit:
