@@ -2,7 +2,7 @@
 # The acceptance run of gpulab on a GPU node (issues 24, 25, 27, 28): what a release must show on
 # real hardware, as one script with two phases, because the GPU preset outlasts one remote call.
 #
-#   scripts/acceptance/gpu-node.sh start OUT   # installs snakemake from ./wheelhouse if missing, starts
+#   scripts/acceptance/gpu-node.sh start OUT [all|health]   # installs snakemake from ./wheelhouse if missing, starts
 #                                              # the whole run detached (setsid), returns at once
 #   scripts/acceptance/gpu-node.sh poll OUT    # progress, for at most POLL_S (570) seconds; copies the
 #                                              # small files made so far to OUT; call again until DONE
@@ -25,23 +25,58 @@ mkdir -p "$STATE"
 
 have_snakemake() { $PY -c "import snakemake" 2>/dev/null; }
 
+health_sequence() {
+  # The health sequence (issue 25), on fresh results.
+  rm -rf results/probe results/transfer results/collectives results/gemm results/report
+  for i in 1 2 3 4 5; do
+    if [ "$i" = 5 ]; then
+      $PY - <<'PYEOF' > "$STATE/foreign.log" 2>&1 &
+import torch, time
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16); b = a.clone()
+x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda"); y = torch.empty_like(x)
+t = time.time()
+while time.time() - t < 600:
+    for _ in range(20): a @ b
+    y.copy_(x)
+    torch.cuda.synchronize()
+PYEOF
+      FOREIGN=$!; sleep 5
+    fi
+    t0=$(date +%s)
+    $SM health --forceall --cores all --configfile workflow/presets/health.yaml > "$STATE/health-$i.log" 2>&1
+    say "health run $i rc=$? seconds=$(( $(date +%s) - t0 ))"
+    case $i in
+      1) $PY -m gpulab baseline save accept > "$OUT/baseline-1.txt" 2>&1 ;;
+      2|3) $PY -m gpulab baseline save accept --add > "$OUT/baseline-$i.txt" 2>&1 ;;
+      *) $PY -m gpulab compare accept > "$OUT/compare-$i.txt" 2>&1; say "compare run $i rc=$?" ;;
+    esac
+  done
+  [ -n "${FOREIGN:-}" ] && kill "$FOREIGN" 2>/dev/null
+  cp results/probe/*.h5 "$OUT/" 2>/dev/null
+  cp baselines/accept.yaml "$OUT/" 2>/dev/null
+  say "finished"; touch "$OUT/DONE"
+}
+
 case "$cmd" in
 start)
-  have_snakemake || $PY -m pip install -q --no-index --find-links wheelhouse snakemake==9.27.1 \
-      snakemake-executor-plugin-slurm==2.8.0 >"$STATE/pip.log" 2>&1 || { tail "$STATE/pip.log"; exit 1; }
+  have_snakemake || $PY -m gpulab.wheelhouse install --src wheelhouse >"$STATE/pip.log" 2>&1 \
+      || { tail "$STATE/pip.log"; exit 1; }
   rm -rf "$STATE/out" && mkdir -p "$STATE/out"
-  setsid nohup "$SELF" run-all "$PWD/$STATE/out" >"$STATE/run-all.log" 2>&1 < /dev/null &
+  setsid nohup "$SELF" "run-${3:-all}" "$PWD/$STATE/out" >"$STATE/run-all.log" 2>&1 < /dev/null &
   echo "started (progress: $STATE/out/progress.txt)"
   ;;
 poll)
   end=$(( $(date +%s) + ${POLL_S:-570} ))
   while [ "$(date +%s)" -lt "$end" ] && [ ! -f "$STATE/out/DONE" ]; do sleep 15; done
-  cp -r "$STATE/out/." "$OUT/" 2>/dev/null
+  # One archive: the device tool brings back a handful of files per call, and an idle machine is
+  # given back within seconds, so a second call to fetch the rest finds nothing.
+  tar czf "$OUT/acceptance.tgz" -C "$STATE" out $(cd "$STATE" && ls *.log 2>/dev/null)
   tail -5 "$STATE/out/progress.txt" 2>/dev/null
   [ -f "$STATE/out/DONE" ] && echo DONE || echo "still running"
   ;;
-run-all)
+run-all|run-health)
   say() { echo "$(date -u +%H:%M:%S) $*" >> "$OUT/progress.txt"; }
+  [ "$cmd" = run-health ] && { health_sequence; exit; }
   nvidia-smi -L > "$OUT/gpus.txt" 2>&1
   say "GPU preset started"
   t0=$(date +%s)
@@ -65,35 +100,7 @@ run-all)
   $SM --cores all --configfile workflow/presets/gpu.yaml --config 'sort={"warmup": 2}' \
     > "$STATE/one-stage.log" 2>&1
   say "one-stage rerun rc=$? seconds=$(( $(date +%s) - t0 ))"
-  # The health sequence (issue 25), on fresh results.
-  rm -rf results/probe results/transfer results/collectives results/gemm results/report
-  for i in 1 2 3 4 5; do
-    if [ "$i" = 5 ]; then
-      $PY - <<'PYEOF' > "$STATE/foreign.log" 2>&1 &
-import torch, time
-a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16); b = a.clone()
-x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda"); y = torch.empty_like(x)
-t = time.time()
-while time.time() - t < 600:
-    for _ in range(20): a @ b
-    y.copy_(x)
-    torch.cuda.synchronize()
-PYEOF
-      FOREIGN=$!; sleep 5
-    fi
-    t0=$(date +%s)
-    $SM health --cores all --configfile workflow/presets/health.yaml > "$STATE/health-$i.log" 2>&1
-    say "health run $i rc=$? seconds=$(( $(date +%s) - t0 ))"
-    case $i in
-      1) $PY -m gpulab baseline save accept > "$OUT/baseline-1.txt" 2>&1 ;;
-      2|3) $PY -m gpulab baseline save accept --add > "$OUT/baseline-$i.txt" 2>&1 ;;
-      *) $PY -m gpulab compare accept > "$OUT/compare-$i.txt" 2>&1; say "compare run $i rc=$?" ;;
-    esac
-  done
-  [ -n "${FOREIGN:-}" ] && kill "$FOREIGN" 2>/dev/null
-  cp results/probe/*.h5 "$OUT/" 2>/dev/null
-  cp baselines/accept.yaml "$OUT/" 2>/dev/null
-  say "finished"; touch "$OUT/DONE"
+  health_sequence
   ;;
 *) echo "usage: $0 start|poll OUT" >&2; exit 2 ;;
 esac
