@@ -20,9 +20,21 @@ PACKAGE = "gpulab"
 _NOT_DATA = {"README.md"}
 
 
+def _resolved(path: Path) -> Path:
+    # Parsing the workflow asks for the same few hundred paths tens of thousands of times; each
+    # resolve() is a chain of stat calls (2 of the 5 s a dry run took). A relative path depends on
+    # the working directory, so only absolute ones are remembered.
+    return _resolved_absolute(path) if path.is_absolute() else path.resolve()
+
+
+@functools.lru_cache(maxsize=None)
+def _resolved_absolute(path: Path) -> Path:
+    return path.resolve()
+
+
 def module_file(module: str, src: Path) -> Path | None:
     """The source file of ``module`` (dotted, under ``src``): ``a/b.py`` or ``a/b/__init__.py``."""
-    return _module_file(module, Path(src).resolve())
+    return _module_file(module, _resolved(Path(src)))
 
 
 @functools.lru_cache(maxsize=None)
@@ -35,7 +47,7 @@ def _module_file(module: str, src: Path) -> Path | None:
 
 
 def module_name(path: Path, src: Path) -> str:
-    rel = Path(path).resolve().relative_to(Path(src).resolve()).with_suffix("")
+    rel = _resolved(Path(path)).relative_to(_resolved(Path(src))).with_suffix("")
     parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
     return ".".join(parts)
 
@@ -69,8 +81,8 @@ class _Facts:
 
 
 def _facts_of(path: Path, src: Path) -> _Facts:
-    path = Path(path).resolve()
-    return _facts(path, Path(src).resolve(), path.stat().st_mtime_ns)
+    path = _resolved(Path(path))
+    return _facts(path, _resolved(Path(src)), path.stat().st_mtime_ns)
 
 
 @functools.lru_cache(maxsize=None)
@@ -133,7 +145,7 @@ def imports_of(path: Path, src: Path, top_only: bool = False) -> set[str]:
 
 def _under(path: Path, root: Path) -> bool:
     try:
-        Path(path).resolve().relative_to(Path(root).resolve())
+        _resolved(Path(path)).relative_to(_resolved(Path(root)))
         return True
     except ValueError:
         return False
@@ -147,19 +159,19 @@ def _strings(path: Path, src: Path, top_only: bool = False) -> frozenset:
 @functools.lru_cache(maxsize=None)
 def _package_data(src: Path) -> tuple[Path, ...]:
     root = Path(src, PACKAGE)
-    return tuple(sorted(p.resolve() for p in root.rglob("*") if p.is_file()
+    return tuple(sorted(_resolved(p) for p in root.rglob("*") if p.is_file()
                         and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts
                         and p.name not in _NOT_DATA))
 
 
 def package_data(src: Path) -> list[Path]:
     """Every data file shipped inside the package (not Python, not caches, not READMEs)."""
-    return list(_package_data(Path(src).resolve()))
+    return list(_package_data(_resolved(Path(src))))
 
 
 def _stage_dir(path: Path, src: Path) -> str | None:
     """The stage package a file lies in (its first folder under gpulab/ when that is a stage)."""
-    parts = Path(path).resolve().relative_to(Path(src, PACKAGE).resolve()).parts
+    parts = _resolved(Path(path)).relative_to(_resolved(Path(src, PACKAGE))).parts
     return parts[0] if len(parts) > 1 and parts[0] in registry.STAGES else None
 
 
@@ -169,12 +181,12 @@ def data_read_by(path: Path, src: Path, data: Iterable[Path], top_only: bool = F
     ``.yaml`` names no file), for a file in the module's folder or below. Another stage's files are
     that stage's own: a registry module that builds ``<stage>/schema.yaml`` from a stage name does
     not make every stage read every schema."""
-    path, src = Path(path).resolve(), Path(src).resolve()
+    path, src = _resolved(Path(path)), _resolved(Path(src))
     here, own_stage = path.parent, _stage_dir(path, src)
     strings = [s for s in _strings(path, src, top_only) if "." in s and 4 <= len(s) <= 200 and "\n" not in s]
     out = set()
     for f in data:
-        f = Path(f).resolve()
+        f = _resolved(Path(f))
         if not f.is_relative_to(here) or _stage_dir(f, src) not in (None, own_stage):
             continue
         if any(s == f.name or s.endswith("/" + f.name)
@@ -197,9 +209,9 @@ def code_closure(roots: Iterable[Path], src: Path) -> list[Path]:
     run only when called through it, and then it is imported by name. So the training stage, which
     imports ``gpulab.data.api``, does not depend on the data benchmark that ``gpulab.data.run``
     imports lazily."""
-    src = Path(src).resolve()
+    src = _resolved(Path(src))
     mode: dict[Path, bool] = {}  # file -> followed whole (True) or module level only (False)
-    todo = [(Path(r).resolve(), True) for r in roots]
+    todo = [(_resolved(Path(r)), True) for r in roots]
     while todo:
         f, whole = todo.pop()
         if f in mode and (mode[f] or not whole):
@@ -214,9 +226,9 @@ def code_closure(roots: Iterable[Path], src: Path) -> list[Path]:
         names = imports_of(f, src, top_only=not whole)
         for n in names:
             if (mf := module_file(n, src)) is not None:
-                todo.append((mf.resolve(), True))
+                todo.append((_resolved(mf), True))
         for n in [*names, module_name(f, src)]:
-            todo += [(mf.resolve(), False) for p in _parents(n) if (mf := module_file(p, src))]
+            todo += [(_resolved(mf), False) for p in _parents(n) if (mf := module_file(p, src))]
     files = set(mode)
     for f, whole in mode.items():
         if f.suffix == ".py" and _under(f, src):
