@@ -349,6 +349,7 @@ def test_report_renders_in_chromium(built):
                                                   "comparison", "provenance"}
 
 
+@pytest.mark.slow  # a real Chromium print: 6 s, the longest test of make check's tier
 @needs_chromium
 def test_pdf_pages_have_text_and_the_figures(built, tmp_path):
     from pypdf import PdfReader
