@@ -2,10 +2,12 @@
 # The acceptance run of gpulab on a GPU node (issues 24, 25, 27, 28): what a release must show on
 # real hardware, as one script with two phases, because the GPU preset outlasts one remote call.
 #
-#   scripts/acceptance/gpu-node.sh start OUT [all|health]   # installs snakemake from ./wheelhouse if missing, starts
-#                                              # the whole run detached (setsid), returns at once
-#   scripts/acceptance/gpu-node.sh poll OUT    # progress, for at most POLL_S (570) seconds; copies the
-#                                              # small files made so far to OUT; call again until DONE
+#   scripts/acceptance/gpu-node.sh start OUT [all|health]  # installs snakemake from ./wheelhouse if
+#                           # missing, starts the whole run (or the health sequence alone) detached
+#   scripts/acceptance/gpu-node.sh poll OUT    # waits up to POLL_S (570) seconds, then packs what is
+#                           # made so far into OUT/acceptance.tgz; call again until it prints DONE
+# A lent machine is given back ~30 s after a call ends, with everything on it: run
+# `start OUT && poll OUT` as one call and each next poll at once.
 # The run: the GPU preset, then verify, export, bundle, a one-stage change, the health sequence.
 #
 # The health sequence: 3 healthy runs into one baseline (noise-aware), a 4th compared (exit 0
