@@ -137,6 +137,7 @@ def test_readme_table_agrees_with_its_export(run):
     assert cli.main(["readme-table", str(path), "--check", str(readme)]) == 1
 
 
+@pytest.mark.slow  # a second interpreter with the whole CLI: 2 s
 def test_python_dash_m_gpulab_runs_the_cli_from_a_checkout(run):
     # A GPU node without the console script (PYTHONPATH=src, the acceptance script) uses
     # `python -m gpulab`; a damaged result must still exit 1 through it.

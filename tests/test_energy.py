@@ -207,6 +207,7 @@ def _fake_clock_meter(monkeypatch, watts):
     return calls
 
 
+@pytest.mark.slow  # real training steps for the >= 1 s region the meter needs
 def test_training_energy_is_joules_per_sample_of_the_steps_run(monkeypatch):
     import torch
 

@@ -77,6 +77,7 @@ def test_samples_last_the_asked_seconds(monkeypatch):
     assert r["tflops_median"] == pytest.approx(2 * 64**3 / 2e-3 / 1e12)
 
 
+@pytest.mark.slow  # a real measurement: ~1 s of timed GEMMs
 def test_cpu_measurement_for_real():
     (r,) = perdevice.measure([torch.device("cpu")], 128, [numerics.precision("fp32")], 0.05, 3, 1.0, 0)
     assert r["gpu"] == 0 and r["dtype"] == "fp32" and r["calls_per_sample"] >= 1
