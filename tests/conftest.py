@@ -16,12 +16,24 @@ FIXTURES = Path(__file__).parent / "fixtures"
 WORKFLOW_PARTS = ["Snakefile", "config.yaml", "profiles", "workflow", "scripts", "src"]
 
 
+def _ctrl_c_as_in_a_terminal() -> None:
+    """A suite started in the background (`make test &`, some CI runners) inherits SIGINT ignored,
+    and every process a test starts would too: Ctrl-C tests would then time a process that ignores
+    Ctrl-C (torchrun's 30 s grace) instead of a terminal's foreground job. Handlers reset to the
+    default at exec; an ignored signal stays ignored, so the suite undoes it once, here."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def pytest_configure(config):
     """Every Snakemake start imports the SLURM executor plugin, which asks ``scontrol show config``
     for the cluster's MinJobAge. On a machine with the SLURM client but no running controller (CI
     after apt-get install slurm-wlm) that question waits 9-10 s for a timeout, at every start. Tests
     that are not about SLURM get an ``scontrol`` that says "no controller" at once; the SLURM tests
     set SLURM_CONF for their own cluster, and then the real scontrol answers."""
+    _ctrl_c_as_in_a_terminal()
     real = shutil.which("scontrol")
     if real is None:
         return
