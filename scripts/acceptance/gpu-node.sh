@@ -96,11 +96,12 @@ run-all|run-health|run-preset)
     && $PY -m gpulab bundle "$STATE/bundle.tar.gz" --verify >> "$OUT/bundle.log" 2>&1
   say "bundle+verify rc=$? bytes=$(stat -c %s "$STATE/bundle.tar.gz" 2>/dev/null)"
   cp results/report/report.html "$OUT/" 2>/dev/null
-  # A one-stage config change: only that stage, its chapter and the assembly rerun (issue 28).
-  $SM --cores all --configfile workflow/presets/gpu.yaml --config 'sort={"warmup": 2}' -n \
+  # A one-stage config change (the probe, 1 GPU instead of all; a value the preset does not set):
+  # only that stage, its chapter and the assembly rerun (issue 28).
+  $SM --cores all --configfile workflow/presets/gpu.yaml --config 'probe={"gpus": 1}' -n \
     > "$OUT/one-stage-dry-run.txt" 2>&1
   t0=$(date +%s)
-  $SM --cores all --configfile workflow/presets/gpu.yaml --config 'sort={"warmup": 2}' \
+  $SM --cores all --configfile workflow/presets/gpu.yaml --config 'probe={"gpus": 1}' \
     > "$STATE/one-stage.log" 2>&1
   say "one-stage rerun rc=$? seconds=$(( $(date +%s) - t0 ))"
   if [ "$cmd" = run-all ]; then health_sequence; else say "finished"; touch "$OUT/DONE"; fi
