@@ -2,9 +2,10 @@
 # The acceptance run of gpulab on a GPU node (issues 24, 25, 27, 28): what a release must show on
 # real hardware, as one script with two phases, because the GPU preset outlasts one remote call.
 #
-#   scripts/acceptance/gpu-node.sh start OUT [all|health|preset]  # installs snakemake from ./wheelhouse
-#                           # if missing, starts the whole run (or the health sequence alone, or
-#                           # all but it) detached
+#   scripts/acceptance/gpu-node.sh start OUT [all|health|preset|recheck]  # installs snakemake from
+#                           # ./wheelhouse if missing, starts the whole run (or the health sequence
+#                           # alone, or all but it, or two health runs against a saved baseline)
+#                           # detached
 #   scripts/acceptance/gpu-node.sh poll OUT    # waits up to POLL_S (570) seconds, then packs what is
 #                           # made so far into OUT/acceptance.tgz; call again until it prints DONE
 # A lent machine is given back ~30 s after a call ends, with everything on it: run
@@ -60,6 +61,21 @@ PYEOF
   say "finished"; touch "$OUT/DONE"
 }
 
+recheck() {
+  # Two healthy runs against a baseline saved earlier, on another lease of the machine
+  # (BASELINE, default the committed one of 2026-12-04): a healthy node must read PASS twice in a row.
+  mkdir -p baselines
+  cp "${BASELINE:-docs/runs/2026-12-04-h200-health/accept.yaml}" baselines/accept.yaml
+  rm -rf results/probe results/transfer results/collectives results/gemm results/report
+  for i in 1 2; do
+    t0=$(date +%s)
+    $SM health --forceall --cores all --configfile workflow/presets/health.yaml > "$STATE/recheck-$i.log" 2>&1
+    say "recheck run $i rc=$? seconds=$(( $(date +%s) - t0 ))"
+    $PY -m gpulab compare accept > "$OUT/recheck-$i.txt" 2>&1; say "compare recheck $i rc=$?"
+  done
+  say "finished"; touch "$OUT/DONE"
+}
+
 case "$cmd" in
 start)
   have_snakemake || $PY -m gpulab.wheelhouse install --src wheelhouse >"$STATE/pip.log" 2>&1 \
@@ -77,9 +93,10 @@ poll)
   tail -5 "$STATE/out/progress.txt" 2>/dev/null
   [ -f "$STATE/out/DONE" ] && echo DONE || echo "still running"
   ;;
-run-all|run-health|run-preset)
+run-all|run-health|run-preset|run-recheck)
   say() { echo "$(date -u +%H:%M:%S) $*" >> "$OUT/progress.txt"; }
   [ "$cmd" = run-health ] && { health_sequence; exit; }
+  [ "$cmd" = run-recheck ] && { recheck; exit; }
   nvidia-smi -L > "$OUT/gpus.txt" 2>&1
   say "GPU preset started"
   t0=$(date +%s)
