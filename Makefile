@@ -31,15 +31,20 @@ run: venv
 dry-run: venv
 	$(BIN)/snakemake --cores $(CORES) --dry-run $(ARGS)
 
+# Both tiers run on pytest-xdist workers, one per core up to 4 (WORKERS=0: one process). A test
+# module stays on one worker, its whole-pipeline fixture runs once (tests/conftest.py says how).
+WORKERS ?= auto
+XDIST    = -n $(WORKERS) --maxprocesses 4 --dist loadfile --no-loadscope-reorder
+
 test: venv
-	$(BIN)/python -m pytest $(ARGS)
+	$(BIN)/python -m pytest $(XDIST) $(ARGS)
 
 # The quick tier: lint (every Python file compiles), then every test marked neither e2e (starts
 # Snakemake or a real cluster) nor slow (real measurements, worker processes: seconds each).
 # `make test` runs both tiers.
 check: venv
 	$(BIN)/python -m compileall -q src scripts tests
-	$(BIN)/python -m pytest -m "not e2e and not slow" -q $(ARGS)
+	$(BIN)/python -m pytest -m "not e2e and not slow" -q $(XDIST) $(ARGS)
 
 PYVER    ?= 3.12
 PLATFORM ?= manylinux_2_28_x86_64

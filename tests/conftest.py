@@ -53,6 +53,67 @@ def pytest_unconfigure(config):
         shutil.rmtree(shim, ignore_errors=True)
 
 
+# ---------------------------------------------------------------- running the suite on N workers
+# `make test` runs the suite on pytest-xdist workers (--dist loadfile). Three rules keep that the
+# same suite as a plain `pytest`:
+# 1. A test file is one unit of work: its module fixtures (a whole pipeline run) run once, on one
+#    worker. Files that use a machine-wide resource say so (`machine_wide("slurm")`: both SLURM
+#    clusters write /etc/slurm), and hold it one at a time.
+# 2. The long files are handed out first: a 3-minute pipeline that starts last ends last.
+# 3. A test marked `alone` measures this machine against itself (healthy vs degraded hosts): it
+#    runs while no other test does, or another worker's pipeline would read as a sick host.
+LONG_FIRST = ("test_workflow", "test_odd_devices", "test_slurm_multinode", "test_fleet",
+              "test_interrupt", "test_slurm")
+
+
+def pytest_collection_modifyitems(config, items):
+    def weight(item):
+        name = item.path.stem
+        return LONG_FIRST.index(name) if name in LONG_FIRST else len(LONG_FIRST)
+
+    items.sort(key=weight)  # stable: the order inside a file is kept
+
+
+def _lock_file(name: str) -> int:
+    run = os.environ["PYTEST_XDIST_TESTRUNUID"]
+    return os.open(Path(tempfile.gettempdir()) / f"gpulab-tests-{run}.{name}", os.O_RDWR | os.O_CREAT)
+
+
+_RESOURCES_HELD: dict[str, int] = {}
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)  # outside pytest-timeout: waiting is not running
+def pytest_runtest_protocol(item, nextitem):
+    """Locks shared by this run's workers, always taken in one order (no deadlock):
+    1. `machine_wide(name)`: held from a file's first test to its last (its module fixtures'
+       teardown included), so two files never hold the resource at once.
+    2. the gate, then the room: every test holds the room shared, an `alone` test exclusively. A
+       test waiting to be alone holds the gate, so the other workers start nothing new meanwhile
+       (a plain shared/exclusive lock would let them starve it)."""
+    if "PYTEST_XDIST_TESTRUNUID" not in os.environ:
+        yield
+        return
+    import fcntl
+
+    wide = item.get_closest_marker("machine_wide")
+    if wide and wide.args[0] not in _RESOURCES_HELD:
+        fd = _RESOURCES_HELD[wide.args[0]] = _lock_file(wide.args[0])
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    gate, room = _lock_file("gate"), _lock_file("room")
+    try:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        fcntl.flock(room, fcntl.LOCK_EX if item.get_closest_marker("alone") else fcntl.LOCK_SH)
+        os.close(gate)  # closing a file releases its lock
+        gate = None
+        yield
+    finally:
+        os.close(room)
+        if gate is not None:
+            os.close(gate)
+        if wide and (nextitem is None or nextitem.path != item.path):
+            os.close(_RESOURCES_HELD.pop(wide.args[0]))
+
+
 def copy_workflow(dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     for part in WORKFLOW_PARTS:

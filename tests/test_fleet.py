@@ -155,6 +155,7 @@ def fleet_results(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 @pytest.mark.timeout(300)
 def test_fleet_flags_the_degraded_host_and_only_it(fleet_results, capsys):
     samples = metmod.find(fleet_results)
@@ -169,6 +170,7 @@ def test_fleet_flags_the_degraded_host_and_only_it(fleet_results, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 @pytest.mark.timeout(300)
 def test_baseline_flags_a_real_slowdown_and_passes_an_unchanged_rerun(fleet_results, tmp_path, capsys):
     """A baseline of node1's real run against node2's (another healthy run of this machine, measured

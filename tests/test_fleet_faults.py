@@ -223,6 +223,7 @@ class CpuQuota:
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 @pytest.mark.timeout(180)
 def test_a_real_interleaved_fleet_flags_only_the_degraded_host(tmp_path):
     """Real measurements on this (shared) machine: five labelled hosts measure the GEMM stage's own

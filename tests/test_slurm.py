@@ -10,7 +10,7 @@ from conftest import snakemake
 from gpulab import results
 from slurm.cluster import Cluster, available
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.machine_wide("slurm")]  # /etc/slurm
 
 if shutil.which("sbatch") is None and not os.path.exists("/usr/bin/sbatch"):
     pytest.skip(available() or "SLURM not installed", allow_module_level=True)

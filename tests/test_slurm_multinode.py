@@ -21,7 +21,7 @@ from conftest import copy_workflow, stage_context
 from gpulab import results
 from slurm.cluster import TwoNodeCluster, namespaces_allowed
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.machine_wide("slurm")]  # /etc/slurm
 
 COLLECTIVES = {"variants": ["default"], "ops": ["all_reduce", "all_gather"], "algorithms": ["ring"],
                "sizes_bytes": [8, 4096], "warmup": 1, "repeats": 2, "iters": 1}
