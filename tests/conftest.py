@@ -34,6 +34,11 @@ def pytest_configure(config):
     that are not about SLURM get an ``scontrol`` that says "no controller" at once; the SLURM tests
     set SLURM_CONF for their own cluster, and then the real scontrol answers."""
     _ctrl_c_as_in_a_terminal()
+    # The workflow's syntax cache (gpulab.code_inputs) of this run alone: shared by every Snakemake
+    # the tests start, never the user's own cache.
+    if "GPULAB_CACHE_DIR" not in os.environ:
+        config._gpulab_cache = tempfile.mkdtemp(prefix="gpulab-test-cache-")
+        os.environ["GPULAB_CACHE_DIR"] = config._gpulab_cache
     real = shutil.which("scontrol")
     if real is None:
         return
@@ -48,6 +53,9 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
+    cache = getattr(config, "_gpulab_cache", None)
+    if cache is not None:
+        shutil.rmtree(cache, ignore_errors=True)
     shim = getattr(config, "_gpulab_shim", None)
     if shim is not None:
         shutil.rmtree(shim, ignore_errors=True)

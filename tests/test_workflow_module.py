@@ -154,6 +154,45 @@ def test_closure_sees_an_edit(tmp_path):
     assert "src/gpulab/b.py" not in first and "src/gpulab/b.py" in second
 
 
+
+def _all_code(monkeypatch, cache: str) -> dict:
+    monkeypatch.setenv("GPULAB_CACHE_DIR", cache)
+    code_inputs._facts.cache_clear()  # this process's memory of parsed files: read the disk cache
+    out = {s: workflow.stage_code(s, REPO) for s in stages.STAGES}
+    out["report"] = workflow.report_code(REPO)
+    return out
+
+
+def test_the_syntax_cache_gives_the_closures_a_parse_gives_and_survives_damage(tmp_path, monkeypatch):
+    parsed = _all_code(monkeypatch, "off")
+    cache = tmp_path / "cache"
+    assert _all_code(monkeypatch, str(cache)) == parsed  # cold: parses, then keeps
+    entries = sorted((cache / "code-facts").rglob("*.json"))
+    assert len(entries) >= len(list((REPO / "src/gpulab").rglob("*.py"))) // 2
+    assert _all_code(monkeypatch, str(cache)) == parsed  # warm: read back
+    # A damaged entry (a full disk, a crash mid-write elsewhere) is parsed again, never trusted:
+    # emptied, every import of every module would be lost and the closures would shrink.
+    for e in entries:
+        e.write_text("{not json")
+    entries[0].write_text('{"imports": 7}')
+    assert _all_code(monkeypatch, str(cache)) == parsed
+    # An entry that is valid but wrong is impossible to reach: the key is the file's bytes.
+    code_inputs._facts.cache_clear()
+
+
+def test_one_files_bytes_in_two_packages_resolve_their_own_relative_imports(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPULAB_CACHE_DIR", str(tmp_path / "cache"))
+    body = "from . import x\n"
+    root = _tree(tmp_path / "t", {"src/gpulab/__init__.py": "", "src/gpulab/p/__init__.py": "",
+                                  "src/gpulab/p/a.py": body, "src/gpulab/p/x.py": "",
+                                  "src/gpulab/q/__init__.py": "", "src/gpulab/q/a.py": body,
+                                  "src/gpulab/q/x.py": ""})
+    p = _names(code_inputs.code_closure([root / "src/gpulab/p/a.py"], root / "src"), root)
+    q = _names(code_inputs.code_closure([root / "src/gpulab/q/a.py"], root / "src"), root)
+    assert "src/gpulab/p/x.py" in p and "src/gpulab/q/x.py" not in p
+    assert "src/gpulab/q/x.py" in q and "src/gpulab/p/x.py" not in q
+
+
 # --- host sharing --------------------------------------------------------------------------------
 
 def test_no_two_timing_or_cpu_heavy_jobs_fit_on_one_host_together():

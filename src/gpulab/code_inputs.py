@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import ast
 import functools
+import hashlib
+import json
+import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -87,11 +91,100 @@ def _facts_of(path: Path, src: Path) -> _Facts:
 
 @functools.lru_cache(maxsize=None)
 def _facts(path: Path, src: Path, mtime_ns: int) -> _Facts:
-    # One walk per file, cached (parsing every module again per stage made parsing slow).
-    tree = ast.parse(path.read_text(), filename=str(path))
     module = module_name(path, src) if _under(path, src) else ""
-    is_package = path.name == "__init__.py"
-    found: dict[str, set] = {"all": set(), "top": set()}
+    raw = _syntax_facts(path, module, path.name == "__init__.py")
+
+    def imported(entries) -> set[str]:
+        names: set[str] = set()
+        for entry in entries:
+            if isinstance(entry, str):  # import a.b
+                names.add(entry)
+                continue
+            # `from pkg import mod` runs pkg as a parent package only; `from pkg import name`
+            # (a function, a class, or *) uses pkg itself. Which names are modules is a fact of the
+            # tree, not of this file, so it is decided here, after the (cached) parse.
+            pkg, imported_names = entry
+            subs = [f"{pkg}.{a}" for a in imported_names if a != "*"]
+            mods = [m for m in subs if module_file(m, src) is not None]
+            names.update(mods + ([pkg] if len(mods) < len(imported_names) else []))
+        return names
+
+    def ours(names):
+        return frozenset(n for n in names if (n == PACKAGE or n.startswith(PACKAGE + "."))
+                         and module_file(n, src) is not None)
+
+    return _Facts(ours(imported(raw["imports"])), ours(imported(raw["top_imports"])),
+                  frozenset(raw["strings"]), frozenset(raw["top_strings"]))
+
+
+# Parsing every module of the package is most of the time a Snakemake start spends on the workflow
+# (1.5 of 3 s for a dry run on 2 cores), and the suite and a user's edit-run loop start it hundreds
+# of times over the same files. A file's syntax facts depend only on its bytes, its module name and
+# the parser, so they are kept on disk under that content key: any edit is a new key, a copied
+# workflow (the tests') finds the same keys, and a damaged or unwritable cache only means parsing.
+_CACHE_FORMAT = 1
+
+
+def facts_cache_dir() -> Path | None:
+    """Where syntax facts are kept: $GPULAB_CACHE_DIR/code-facts, else the user's cache folder
+    ($XDG_CACHE_HOME or ~/.cache)/gpulab/code-facts; GPULAB_CACHE_DIR=off keeps none."""
+    base = os.environ.get("GPULAB_CACHE_DIR")
+    if base == "off":
+        return None
+    if not base:
+        xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        base = str(Path(xdg) / "gpulab")
+    return Path(base) / "code-facts"
+
+
+def _syntax_facts(path: Path, module: str, is_package: bool) -> dict:
+    data = path.read_bytes()
+    key = hashlib.sha256(repr((_CACHE_FORMAT, sys.version_info[:2], module, is_package)).encode()
+                         + b"\0" + data).hexdigest()
+    cache = facts_cache_dir()
+    entry = cache / key[:2] / f"{key}.json" if cache else None
+    if entry is not None:
+        try:
+            return _checked(json.loads(entry.read_text()))
+        except (OSError, ValueError):
+            pass  # not there yet, or damaged: parse
+    raw = _parse_facts(data, str(path), module, is_package)
+    if entry is not None:
+        try:
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            tmp = entry.with_name(f".{entry.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(raw))
+            os.replace(tmp, entry)  # atomic: a reader sees the whole entry or none
+        except OSError:
+            pass
+    return raw
+
+
+def _checked(raw) -> dict:
+    """A cache entry's facts in the shape a parse gives, or ValueError for anything else."""
+    def entry(e):
+        if isinstance(e, str):
+            return e
+        if isinstance(e, list) and len(e) == 2 and isinstance(e[0], str) \
+                and isinstance(e[1], list) and all(isinstance(n, str) for n in e[1]):
+            return (e[0], e[1])
+        raise ValueError(f"not an import: {e!r}")
+
+    if not isinstance(raw, dict) or set(raw) != {"imports", "top_imports", "strings", "top_strings"} \
+            or not all(isinstance(v, list) for v in raw.values()):
+        raise ValueError("not a syntax-facts entry")
+    if not all(isinstance(x, str) for k in ("strings", "top_strings") for x in raw[k]):
+        raise ValueError("not a string constant")
+    return {"imports": [entry(e) for e in raw["imports"]],
+            "top_imports": [entry(e) for e in raw["top_imports"]],
+            "strings": raw["strings"], "top_strings": raw["top_strings"]}
+
+
+def _parse_facts(data: bytes, filename: str, module: str, is_package: bool) -> dict:
+    """One walk of the file's syntax tree: what it imports (``import a`` as ``"a"``, ``from p import
+    x, y`` as ``["p", ["x", "y"]]``) and its string constants, everywhere and at module level alone."""
+    tree = ast.parse(data, filename=filename)
+    found: dict[str, list] = {"all": [], "top": []}
     strings: dict[str, set] = {"all": set(), "top": set()}
 
     def visit(node, top: bool):
@@ -103,36 +196,25 @@ def _facts(path: Path, src: Path, mtime_ns: int) -> _Facts:
             skip = body[0].value  # the docstring
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             top = False
-        names: list[str] = []
+        entries: list = []
         if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
+            entries = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            pkg = _absolute(node, module, is_package)
-            # `from pkg import mod` runs pkg as a parent package only; `from pkg import name`
-            # (a function, a class, or *) uses pkg itself.
-            subs = [f"{pkg}.{a.name}" for a in node.names if a.name != "*"]
-            mods = [m for m in subs if module_file(m, src) is not None]
-            names = mods + ([pkg] if len(mods) < len(node.names) else [])
+            entries = [(_absolute(node, module, is_package), [a.name for a in node.names])]
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             strings["all"].add(node.value)
             if top:
                 strings["top"].add(node.value)
-        for n in names:
-            found["all"].add(n)
-            if top:
-                found["top"].add(n)
+        found["all"] += entries
+        if top:
+            found["top"] += entries
         for child in ast.iter_child_nodes(node):
             if child is not skip:
                 visit(child, top)
 
     visit(tree, True)
-
-    def ours(names):
-        return frozenset(n for n in names if (n == PACKAGE or n.startswith(PACKAGE + "."))
-                         and module_file(n, src) is not None)
-
-    return _Facts(ours(found["all"]), ours(found["top"]), frozenset(strings["all"]),
-                  frozenset(strings["top"]))
+    return {"imports": found["all"], "top_imports": found["top"],
+            "strings": sorted(strings["all"]), "top_strings": sorted(strings["top"])}
 
 
 def imports_of(path: Path, src: Path, top_only: bool = False) -> set[str]:
