@@ -176,6 +176,12 @@ def test_the_syntax_cache_gives_the_closures_a_parse_gives_and_survives_damage(t
         e.write_text("{not json")
     entries[0].write_text('{"imports": 7}')
     assert _all_code(monkeypatch, str(cache)) == parsed
+    # A cache folder that cannot be made (here a file stands in its way; read-only homes alike)
+    # costs a parse, never the run, and leaves no half-written entry behind.
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file, not a folder")
+    assert _all_code(monkeypatch, str(blocked)) == parsed
+    assert blocked.read_text() == "a file, not a folder"
     # An entry that is valid but wrong is impossible to reach: the key is the file's bytes.
     code_inputs._facts.cache_clear()
 

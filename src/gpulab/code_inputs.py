@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import contextlib
 import hashlib
 import json
 import os
@@ -132,7 +133,9 @@ def facts_cache_dir() -> Path | None:
     if base == "off":
         return None
     if not base:
-        xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+        if not os.path.isabs(xdg):  # no home directory (a bare batch account): keep none
+            return None
         base = str(Path(xdg) / "gpulab")
     return Path(base) / "code-facts"
 
@@ -150,13 +153,14 @@ def _syntax_facts(path: Path, module: str, is_package: bool) -> dict:
             pass  # not there yet, or damaged: parse
     raw = _parse_facts(data, str(path), module, is_package)
     if entry is not None:
+        tmp = entry.with_name(f".{entry.name}.{os.getpid()}.tmp")
         try:
             entry.parent.mkdir(parents=True, exist_ok=True)
-            tmp = entry.with_name(f".{entry.name}.{os.getpid()}.tmp")
             tmp.write_text(json.dumps(raw))
             os.replace(tmp, entry)  # atomic: a reader sees the whole entry or none
-        except OSError:
-            pass
+        except OSError:  # a read-only or full cache folder costs a parse, never the run
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
     return raw
 
 
