@@ -67,11 +67,15 @@ def pytest_unconfigure(config):
 # 1. A test file is one unit of work: its module fixtures (a whole pipeline run) run once, on one
 #    worker. Files that use a machine-wide resource say so (`machine_wide("slurm")`: both SLURM
 #    clusters write /etc/slurm), and hold it one at a time.
-# 2. The long files are handed out first: a 3-minute pipeline that starts last ends last.
+# 2. The long files are handed out first (longest first, by their time on one process): a 3-minute
+#    pipeline that starts last ends last. The SLURM cluster file, mostly waiting on the executor's
+#    status polls, goes second: it runs beside the busiest pipeline instead of beside another one.
 # 3. A test marked `alone` measures this machine against itself (healthy vs degraded hosts): it
 #    runs while no other test does, or another worker's pipeline would read as a sick host.
-LONG_FIRST = ("test_workflow", "test_odd_devices", "test_slurm_multinode", "test_fleet",
-              "test_interrupt", "test_slurm")
+LONG_FIRST = ("test_workflow", "test_slurm_multinode", "test_odd_devices", "test_fleet",
+              "test_interrupt", "test_train", "test_stages", "test_damaged_workflow", "test_report",
+              "test_cli_and_inputs", "test_multinode", "test_fleet_faults", "test_collectives_ranks",
+              "test_gemm", "test_slurm", "test_report_workflow", "test_slots", "test_lifetime")
 
 
 def pytest_collection_modifyitems(config, items):
