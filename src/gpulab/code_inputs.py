@@ -8,8 +8,8 @@ reruns exactly the jobs whose code reaches it. Nothing is imported: files are pa
 from __future__ import annotations
 
 import ast
-import functools
 import contextlib
+import functools
 import hashlib
 import json
 import os
