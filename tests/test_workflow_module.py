@@ -154,7 +154,6 @@ def test_closure_sees_an_edit(tmp_path):
     assert "src/gpulab/b.py" not in first and "src/gpulab/b.py" in second
 
 
-
 def _all_code(monkeypatch, cache: str) -> dict:
     monkeypatch.setenv("GPULAB_CACHE_DIR", cache)
     code_inputs._facts.cache_clear()  # this process's memory of parsed files: read the disk cache
@@ -182,8 +181,8 @@ def test_the_syntax_cache_gives_the_closures_a_parse_gives_and_survives_damage(t
     blocked.write_text("a file, not a folder")
     assert _all_code(monkeypatch, str(blocked)) == parsed
     assert blocked.read_text() == "a file, not a folder"
-    # An entry that is valid but wrong is impossible to reach: the key is the file's bytes.
-    code_inputs._facts.cache_clear()
+    # (An entry that is valid but wrong cannot be reached: its key is the file's own bytes.)
+    code_inputs._facts.cache_clear()  # later tests parse afresh, not with this test's memory
 
 
 def test_one_files_bytes_in_two_packages_resolve_their_own_relative_imports(tmp_path, monkeypatch):
