@@ -147,3 +147,42 @@ def test_sigterm_to_a_multi_process_stage_stops_its_ranks_and_leaves_no_file(tmp
     assert _gone_within(mark, 20) == []
     assert not out.parent.exists() or list(out.parent.iterdir()) == []
     assert "stopped by SIGTERM" in (tmp_path / "stderr").read_text()
+
+
+_DEFERRED = """
+import os, signal, sys, time
+from gpulab import lifetime
+
+def body():
+    with lifetime.sigterm_deferred():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.2)  # a library call that must not be stopped half-way
+        print("block finished", flush=True)
+    print("after the block", flush=True)
+    return 0
+
+sys.exit(lifetime.unwind_on_sigterm(body))
+"""
+
+
+def test_a_sigterm_inside_a_deferred_block_unwinds_when_the_block_ends():
+    """pandas' parallel CSV reader stopped mid-call segfaulted (exit -11, temporaries left): inside
+    ``sigterm_deferred`` the SIGTERM waits for the call, then unwinds the stage as usual (143)."""
+    p = subprocess.run([sys.executable, "-c", _DEFERRED], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    assert p.returncode == 143, p.stderr[-2000:]
+    assert p.stdout.splitlines() == ["block finished"], p.stdout
+    # Without the block, the same SIGTERM stops the body at once: the block is what waits.
+    undeferred = _DEFERRED.replace("with lifetime.sigterm_deferred():", "if True:")
+    p = subprocess.run([sys.executable, "-c", undeferred], capture_output=True, text=True,
+                       timeout=60, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    assert p.returncode == 143 and p.stdout == "", (p.stdout, p.stderr[-2000:])
+
+
+def test_a_deferred_block_without_a_sigterm_leaves_the_handler_as_it_was():
+    from gpulab import lifetime
+
+    before = signal.getsignal(signal.SIGTERM)
+    with lifetime.sigterm_deferred():
+        assert signal.getsignal(signal.SIGTERM) is not before
+    assert signal.getsignal(signal.SIGTERM) is before

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 import numpy as np
 import pandas as pd
 
+from gpulab import lifetime
 from gpulab.data.h5files import open_h5, require_datasets
 from gpulab.data.errors import DataError
 from gpulab.data.formats import Schema
@@ -131,7 +132,8 @@ def _pandas_errors(path: Path, exc: Exception) -> DataError:
 def _read_csv(path: Path, **kw):
     # skip_blank_lines=False keeps row r on line r + 2, so errors can name the line
     try:
-        return pd.read_csv(path, skip_blank_lines=False, **kw)
+        with lifetime.sigterm_deferred():  # pandas' parallel reader must not be stopped mid-call
+            return pd.read_csv(path, skip_blank_lines=False, **kw)
     except pd.errors.EmptyDataError:
         raise DataError(path, "empty file (no header)", line=1) from None
     except (pd.errors.ParserError, UnicodeDecodeError) as exc:
