@@ -12,8 +12,9 @@
 # `start OUT && poll OUT` as one call and each next poll at once.
 # The run: the GPU preset, then verify, export, bundle, a one-stage change, the health sequence.
 #
-# The health sequence: 3 healthy runs into one baseline (noise-aware), a 4th compared (exit 0
-# expected), a 5th with a foreign process (bf16 GEMMs + 1 GiB copies) on GPU0 (exit 1 expected,
+# The health sequence: 3 healthy runs into one baseline (noise-aware), a 4th and a 5th compared
+# (exit 0 expected twice in a row: a false alarm costs as much as a missed fault), a 6th with a
+# foreign process (bf16 GEMMs + 1 GiB copies) on GPU0 (exit 1 expected,
 # the node state names the process). Every figure comes back under OUT (no datasets).
 set -uo pipefail
 SELF="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
@@ -32,8 +33,8 @@ have_snakemake() { $PY -c "import snakemake" 2>/dev/null; }
 health_sequence() {
   # The health sequence (issue 25), on fresh results.
   rm -rf results/probe results/transfer results/collectives results/gemm results/report
-  for i in 1 2 3 4 5; do
-    if [ "$i" = 5 ]; then
+  for i in 1 2 3 4 5 6; do
+    if [ "$i" = 6 ]; then
       $PY - <<'PYEOF' > "$STATE/foreign.log" 2>&1 &
 import torch, time
 a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16); b = a.clone()
