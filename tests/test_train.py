@@ -206,6 +206,19 @@ def test_pipeline_matches_unsplit_model_and_measures_the_bubble(stage):
     assert (results.read_table(p, "bars")["verdict"] == "not_applicable").all()
 
 
+def test_a_rank_busy_for_every_step_is_never_busier_than_its_median_step():
+    """Two timed steps (the tests' repeats): the step median is their mean, so the busy median must
+    be too. The upper of the two (the convention before) read 6.2 ms busy in a 5.9 ms median step
+    in one CPU run."""
+    from gpulab.train.pipeline import busy_and_bubble
+
+    steps, busy = [0.004, 0.008], [0.003, 0.0075]  # each step busy for less than itself
+    busy_med, bubble = busy_and_bubble(busy, steps)
+    assert busy_med <= np.median(steps) and busy_med == pytest.approx(0.00525)
+    assert bubble == pytest.approx(np.median([1 - 0.003 / 0.004, 1 - 0.0075 / 0.008]))
+    assert sorted(busy)[1] > np.median(steps)  # what the upper-middle convention reported
+
+
 
 @pytest.mark.slow
 def test_tensor_parallel_matches_unsplit_and_shards_parameters(stage):

@@ -15,6 +15,7 @@ than a whole step, so busy > step and every bubble was negative (-8.3 ... -0.4).
 """
 from __future__ import annotations
 
+import statistics
 import time
 
 import torch
@@ -117,6 +118,14 @@ class BusyClock:
         return out
 
 
+def busy_and_bubble(busy: list[float], steps: list[float]) -> tuple[float, float]:
+    """Median busy seconds and median idle share of the timed steps, per step first (busy and step
+    of the same step belong together). The median is the one ``timing`` gives the step times
+    (the mean of the middle two for an even count): with any other convention a rank busy for all
+    of its steps could read as busy longer than its median step."""
+    return statistics.median(busy), statistics.median(1 - b / t for b, t in zip(busy, steps))
+
+
 def worker(ctx: launch.WorkerContext, payload: dict) -> dict:
     cfg = payload["cfg"]
     gcfg = models.GPTConfig(**cfg.gpt.as_section())
@@ -153,14 +162,11 @@ def worker(ctx: launch.WorkerContext, payload: dict) -> dict:
             st = timing.measure(step, warmup=cfg.warmup, repeats=cfg.repeats,
                                 sync=ctx.sync if ctx.is_cuda else None, setup=between)
             peak = loop.peak_bytes(ctx.device)
-            busy = clock.busy(st.n)
-            # Per timed step, then the median: busy and step of the same step belong together.
-            bubbles = sorted(1 - b / t for b, t in zip(busy, st.samples))
-            busy_med = sorted(busy)[len(busy) // 2]
+            busy_med, bubble_med = busy_and_bubble(clock.busy(st.n), st.samples)
             rows.append({**base, "step_s_median": st.median, "step_s_min": st.min,
                          "step_s_max": st.max, "repeats": st.n, "samples_per_s": B / st.median,
                          "stage_fb_s": busy_med / m, "busy_s": busy_med,
-                         "bubble_measured": bubbles[len(bubbles) // 2],
+                         "bubble_measured": bubble_med,
                          "bubble_gpipe": loop.gpipe_bubble(p, m), "peak_mem_bytes": peak,
                          "loss": float(torch.stack(last_losses).mean()) if last_losses else float("nan"),
                          **chk, "note": ""})
