@@ -15,7 +15,6 @@ than a whole step, so busy > step and every bubble was negative (-8.3 ... -0.4).
 """
 from __future__ import annotations
 
-import statistics
 import time
 
 import torch
@@ -120,10 +119,11 @@ class BusyClock:
 
 def busy_and_bubble(busy: list[float], steps: list[float]) -> tuple[float, float]:
     """Median busy seconds and median idle share of the timed steps, per step first (busy and step
-    of the same step belong together). The median is the one ``timing`` gives the step times
-    (the mean of the middle two for an even count): with any other convention a rank busy for all
-    of its steps could read as busy longer than its median step."""
-    return statistics.median(busy), statistics.median(1 - b / t for b, t in zip(busy, steps))
+    of the same step belong together). ``timing``'s median, the one of the step times (the mean of
+    the middle two for an even count): with any other convention a rank busy for less than each of
+    its steps could read as busy longer than its median step."""
+    bubbles = [1 - b / t for b, t in zip(busy, steps)]
+    return timing.summarize(busy).median, timing.summarize(bubbles).median
 
 
 def worker(ctx: launch.WorkerContext, payload: dict) -> dict:
