@@ -228,11 +228,13 @@ class CpuQuota:
         import threading
 
         self.tid = threading.get_native_id()
-        (self.dir / "tasks").write_text(str(self.tid))
-        # torch.matmul lets go of the GIL, so this timer runs while the capped thread computes
+        # torch.matmul lets go of the GIL, so this timer runs while the capped thread computes.
+        # Started before the move: a thread inherits its creator's cgroup, and a timer thread
+        # still exiting inside it made rmdir fail with EBUSY in one CI run.
         self.timer = threading.Timer(self.hold_s, self._watchdog)
         self.timer.daemon = True
         self.timer.start()
+        (self.dir / "tasks").write_text(str(self.tid))
 
     def __exit__(self, *exc):
         self.timer.cancel()
@@ -240,6 +242,23 @@ class CpuQuota:
         self._release()
 
     def remove(self):
+        import errno
+        import time
+
+        # a task that left the cgroup by exiting may still be listed for a moment
+        for _ in range(50):
+            for tid in (self.dir / "tasks").read_text().split():
+                try:
+                    (CGROUP_CPU / "tasks").write_text(tid)
+                except OSError:
+                    pass  # gone meanwhile
+            try:
+                self.dir.rmdir()
+                return
+            except OSError as exc:
+                if exc.errno != errno.EBUSY:
+                    raise
+                time.sleep(0.1)
         self.dir.rmdir()
 
 
