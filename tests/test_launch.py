@@ -40,8 +40,60 @@ def test_multinode_inside_slurm_allocation_starts_one_agent_per_node(monkeypatch
     assert cmd[0] == "srun" and "--nodes=3" in cmd and "--ntasks-per-node=1" in cmd
     assert "--kill-on-bad-exit=1" in cmd
     assert cmd[cmd.index("--nproc") + 1] == "2" and cmd[-3:] == ["--", "m", "--x"]
-    # One node inside an allocation stays a plain local torchrun.
-    assert "--standalone" in launch.launch_cmd("m", [], 2, launch.NodeSpec())
+    # One node inside an allocation stays a local launch, its ranks forked on this host.
+    cmd = launch.launch_cmd("m", ["--x"], 2, launch.NodeSpec(), log_dir="/tmp/l")
+    assert cmd[1:4] == ["-m", "gpulab.forkrun", "--nproc=2"] and cmd[-3:] == ["-m", "m", "--x"]
+
+
+@pytest.mark.slow
+def test_one_node_ranks_are_forked_from_one_process_that_imported_torch(tmp_path):
+    """What the one-node launcher saves: no interpreter per rank. Every rank is a child of one
+    launcher process and finds torch already imported when its module starts; each has its own
+    environment (rank, log) and the rendezvous of a torchrun launch."""
+    import os
+    from pathlib import Path
+
+    fixtures = str(Path(__file__).parent / "fixtures" / "launch")
+    env = {"PYTHONPATH": os.pathsep.join([fixtures, os.environ.get("PYTHONPATH", "")])}
+    res = launch.run_workers("who_am_i", {}, nproc=3, env=env, timeout=120)
+    assert [r["env_rank"] for r in res] == ["0", "1", "2"]
+    assert len({r["ppid"] for r in res}) == 1 and len({r["pid"] for r in res}) == 3
+    assert all(r["torch_before_main"] for r in res), res
+    assert {r["world"] for r in res} == {"3"} and len({r["master_port"] for r in res}) == 1
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_one_node_launcher_stops_ranks_that_ignore_ctrl_c(tmp_path):
+    """The launcher is the agent the stage stops: SIGTERM ends it and every rank within the grace
+    period (stubborn ranks ignore SIGINT), exit 143, nothing left."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    import psutil
+
+    fixtures = str(Path(__file__).parent / "fixtures" / "lifetime")
+    payload = tmp_path / "payload.json"
+    payload.write_text('{"ready": "%s"}' % tmp_path)
+    p = subprocess.Popen([sys.executable, "-m", "gpulab.forkrun", "--nproc=2",
+                          f"--log-dir={tmp_path / 'logs'}", "-m", "stubborn_worker", "--payload",
+                          str(payload), "--out-dir", str(tmp_path)],
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                             [fixtures, os.environ.get("PYTHONPATH", "")])},
+                         stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while len(list(tmp_path.glob("rank*"))) < 2:
+        assert time.monotonic() < deadline and p.poll() is None, p.stderr.read()
+        time.sleep(0.1)
+    ranks = psutil.Process(p.pid).children()
+    assert len(ranks) == 2
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=60) == 128 + signal.SIGTERM
+    assert "stopped by SIGTERM" in p.stderr.read()
+    assert not [r for r in ranks if r.is_running() and r.status() != psutil.STATUS_ZOMBIE]
 
 
 @pytest.mark.slow

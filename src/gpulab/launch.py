@@ -1,7 +1,9 @@
-"""Multi-process launcher shared by the stages that need one process per device (torchrun).
+"""Multi-process launcher shared by the stages that need one process per device.
 
-The stage script (parent, holding its GPU slots) calls :func:`run_workers`, which starts
-``torchrun`` on a worker module. The worker calls :func:`worker_main` with a function
+The stage script (parent, holding its GPU slots) calls :func:`run_workers`, which starts the
+worker module's ranks: on one node by :mod:`gpulab.forkrun` (forked from one process that imported
+torch once), on several nodes by ``torchrun`` (or srun inside a SLURM allocation). The worker
+calls :func:`worker_main` with a function
 ``fn(ctx: WorkerContext, payload: dict) -> dict``; each rank's return value comes back to the parent
 as a list ordered by rank. NCCL is used on GPUs, gloo on CPU virtual devices.
 
@@ -128,12 +130,21 @@ class RankResults(list):
         self.placement = placement
 
 
+def forkrun_cmd(module: str, args: list[str], nproc: int, log_dir: str) -> list[str]:
+    """One node's ranks forked from one process that imported torch once (gpulab.forkrun)."""
+    return [sys.executable, "-m", "gpulab.forkrun", f"--nproc={nproc}", f"--log-dir={log_dir}",
+            "-m", module, *args]
+
+
 def launch_cmd(module: str, args: list[str], nproc: int, node: NodeSpec,
                log_dir: str | None = None) -> list[str]:
-    """torchrun on this host, or, for several nodes inside a SLURM allocation, srun starting one
-    torchrun agent per node (node rank and rendezvous come from SLURM, not from ``node``)."""
+    """One node: gpulab.forkrun (its ranks' logs and first failure in ``log_dir``). Several nodes:
+    torchrun on this host, or, inside a SLURM allocation, srun starting one torchrun agent per node
+    (node rank and rendezvous come from SLURM, not from ``node``)."""
     from gpulab import slurm
 
+    if node.nnodes == 1 and node.master_port is None and log_dir is not None:
+        return forkrun_cmd(module, args, nproc, log_dir)
     if node.nnodes > 1 and slurm.in_allocation():
         return slurm.srun_cmd(node.nnodes, nproc, node.master_port or free_port(), join_timeout(),
                               module, args)
@@ -154,7 +165,7 @@ def launch_dir(node: NodeSpec) -> str | None:
 
 @dataclass(frozen=True)
 class RankFailure:
-    """The rank that failed first in a launch, as torchrun's agent saw it."""
+    """The rank that failed first in a launch, as its launcher (forkrun or torchrun) saw it."""
 
     rank: int
     local_rank: int
@@ -216,6 +227,17 @@ def first_failure(output: str, log_dir: str | os.PathLike | None = None) -> Rank
         host = socket.gethostname().split(".")[0]
     return RankFailure(int(m["rank"]), int(m["local"]), host, int(m["code"]),
                        rank_log_tail(log_dir, int(m["local"])))
+
+
+def forkrun_failure(log_dir: str | os.PathLike | None) -> RankFailure | None:
+    """The first failure a one-node launch (gpulab.forkrun) recorded; None when there is none."""
+    from gpulab import forkrun
+
+    f = forkrun.read_failure(log_dir)
+    if f is None:
+        return None
+    return RankFailure(f["rank"], f["local_rank"], socket.gethostname().split(".")[0],
+                       f["exitcode"], rank_log_tail(log_dir, f["local_rank"]))
 
 
 def failure_message(module: str, nproc: int, node: NodeSpec, rc: int, stdout: str,
@@ -300,7 +322,7 @@ def run_workers(module: str, payload: Mapping[str, Any], nproc: int, *, node: No
                 raise LaunchError(f"{module} on {nproc} rank(s) ran past {timeout:.0f} s") from None
             raise
         if p.returncode != 0:
-            failure = first_failure(stdout + "\n" + stderr, logs)
+            failure = forkrun_failure(logs) or first_failure(stdout + "\n" + stderr, logs)
             msg = failure_message(module, nproc, node, p.returncode, stdout, stderr, failure)
             if failure is not None:
                 log.error("launch: %s: %s", module, failure.describe())
@@ -334,7 +356,7 @@ class WorkerContext:
 
 
 def init_distributed(backend: str = "auto") -> WorkerContext:
-    """Join the process group torchrun set up; one device per local rank."""
+    """Join the process group the launcher set up (env://); one device per local rank."""
     import torch
     import torch.distributed as dist
 
@@ -393,7 +415,7 @@ def gather_to_rank0(ctx: WorkerContext, out: dict) -> list[dict] | None:
 def worker_main(fn: Callable[[WorkerContext, dict], dict], backend: str = "auto") -> None:
     import argparse
 
-    ap = argparse.ArgumentParser(description="gpulab worker (started by torchrun)")
+    ap = argparse.ArgumentParser(description="gpulab worker (started by gpulab.forkrun or torchrun)")
     ap.add_argument("--payload", type=Path, required=True)
     ap.add_argument("--out-dir", type=Path, required=True)
     args = ap.parse_args()

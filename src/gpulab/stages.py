@@ -26,7 +26,7 @@ class StageSpec:
     title: str
     # "config": the stage's own `gpus` key ('all' or a count); "none": CPU-only, holds no GPU.
     gpus: str = "config"
-    # One process per rank (torchrun): on CPU its job takes a core per rank.
+    # One process per rank (gpulab.launch): on CPU its job takes a core per rank.
     multiprocess: bool = False
     devices_keys: tuple[str, ...] = SINGLE_PROCESS_KEYS
     tables: tuple[str, ...] = ()

@@ -1,6 +1,6 @@
 """Collectives: the library's collectives and hand-written all-reduces, one process per device.
 
-Each variant (see :mod:`gpulab.collectives.variants`) is one torchrun launch of
+Each variant (see :mod:`gpulab.collectives.variants`) is one launch (gpulab.launch) of
 :mod:`gpulab.collectives.worker` over all the job's devices: NCCL on GPUs, gloo on CPU virtual
 devices. Every case is checked exactly on every rank before it is timed; the tables are
 ``library``, ``allreduce_algorithms`` (default variant), ``samples``, ``variants``, ``checks``,

@@ -18,7 +18,7 @@ from gpulab.kit.html import Figures, esc, note  # noqa: E402
 TITLE = "Collective communication"
 
 METHODS = """
-<p>One process per device (torchrun): NCCL on GPUs, gloo on CPU virtual devices. Library
+<p>One process per device (forked on one node, torchrun across nodes): NCCL on GPUs, gloo on CPU virtual devices. Library
 collectives are the <code>torch.distributed</code> calls (all_reduce, all_gather_into_tensor,
 reduce_scatter_tensor, broadcast from rank 0, all_to_all_single) on float32 data; torch exposes
 all-reduce and broadcast only in place and all-to-all only out of place, all-gather and
@@ -58,7 +58,7 @@ nccl-tests comparison use the same statistic: the per-call time of a block of ba
 (<code>-n</code> = <code>iters</code>), median over as many blocks as gpulab has repetitions
 (<code>-N</code> cycles), busbw by the same formula. The <b>process models differ</b>:
 <code>all_reduce_perf -g n</code> drives all n GPUs from one process and one thread (a group call
-per step), while gpulab runs one process per GPU (torchrun) whose calls go through
+per step), while gpulab runs one process per GPU whose calls go through
 <code>torch.distributed</code>, so per-call launch overheads differ, mostly at small sizes; the
 bars use the largest size, where both are bandwidth-bound.</p>
 """

@@ -1,4 +1,4 @@
-"""Variants of the stage: which path NCCL is made to take (each is one job, one torchrun launch).
+"""Variants of the stage: which path NCCL is made to take (each is one job, one launch).
 
 NCCL reads its environment when a communicator is created, so each variant is a separate launch
 with its own environment; gpulab.launch adds NCCL_NVLS_ENABLE=0 to every child on top of these.

@@ -1,4 +1,4 @@
-"""One rank of the collectives benchmark (started by torchrun through gpulab.launch).
+"""One rank of the collectives benchmark (started through gpulab.launch).
 
 Payload keys: ops, modes, sizes_bytes, algorithms, warmup, repeats, iters, seed, slice_bytes,
 max_slices. Returns this rank's rows: per case the per-call seconds of every repetition and the

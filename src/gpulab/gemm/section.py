@@ -32,7 +32,7 @@ on one device in the same run (ratio = efficiency = speed-up / P). The compariso
 with plain <code>torch.matmul(a, b)</code> (batches of back-to-back calls) runs the same cuBLAS kernel
 on both sides: it is a <b>harness overhead check</b> (gpulab's call path vs the raw library call,
 same kernel), not a performance result.</p>
-<p>Multi-device algorithms run one process per device (torchrun; NCCL on GPUs, gloo on CPU virtual
+<p>Multi-device algorithms run one process per device (forked on one node; NCCL on GPUs, gloo on CPU virtual
 devices, each a share of the cores). <b>row1d</b>: A and B start on rank 0; scatter row blocks of
 A, broadcast B, local GEMM, gather C to rank 0 (all of it timed). <b>summa</b>: A, B, C
 block-distributed on the most square grid rows&times;cols (1&times;2, 2&times;2, 2&times;3,

@@ -1,4 +1,4 @@
-"""torchrun worker: every multi-device GEMM measurement of one launch (one transport).
+"""One rank: every multi-device GEMM measurement of one launch (one transport).
 
 Started by :func:`gpulab.gemm.runner.run_multi` through :func:`gpulab.launch.run_workers` on the
 largest rank count needed; smaller counts P run on the first P ranks (their own process groups)
