@@ -43,6 +43,25 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 STDERR_TAIL_LINES = 40
 
 
+def free_port() -> int:
+    """A TCP port free on this host now (the rendezvous port of a one-node launch)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def exit_description(code: int) -> str:
+    """How a process ended, from its exit code (negative: killed by that signal)."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name} (exit {code})"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
 def rank_log_dir(log_dir: Path, local_rank: int) -> Path:
     return log_dir / RUN_DIR / "attempt_0" / str(local_rank)
 
@@ -153,13 +172,11 @@ def _stderr_tail(logs: Path, rank: int) -> str:
 def run(module: str, args: list[str], nproc: int, log_dir: Path, grace: float = GRACE_S) -> int:
     """Fork ``nproc`` ranks of ``module``, wait for them; 0 when every rank exits 0, else 1 (the
     first failure in ``log_dir/failure.json``), 128+signal when stopped by SIGTERM/SIGINT."""
-    from gpulab import launch
-
     if nproc < 1:
         raise SystemExit(f"gpulab.forkrun: --nproc must be >= 1, got {nproc}")
     log_dir.mkdir(parents=True, exist_ok=True)
     _preload(module)
-    port = launch.free_port()
+    port = free_port()
 
     def stop(sig, _frame):
         raise _Stop(sig)
@@ -214,8 +231,8 @@ def run(module: str, args: list[str], nproc: int, log_dir: Path, grace: float = 
                 signal.signal(s, h)
     if failure is None:
         return 0
-    how = launch.RankFailure(failure["rank"], failure["rank"], "this node", failure["exitcode"]).how
-    print(f"gpulab.forkrun: {module}: rank {failure['rank']} failed first ({how}); "
+    print(f"gpulab.forkrun: {module}: rank {failure['rank']} failed first "
+          f"({exit_description(failure['exitcode'])}); "
           f"{len(failed)} of {nproc} rank(s) failed", file=sys.stderr)
     for rank in sorted(set(failed), key=lambda r: (r != failure["rank"], r)):
         print(_stderr_tail(log_dir, rank), file=sys.stderr)

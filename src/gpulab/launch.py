@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from gpulab import lifetime
+from gpulab.forkrun import exit_description, free_port  # noqa: F401  (free_port: launch's API too)
 
 log = logging.getLogger("gpulab.launch")
 
@@ -63,10 +64,6 @@ class LaunchError(RuntimeError):
     pass
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass(frozen=True)
@@ -175,12 +172,7 @@ class RankFailure:
 
     @property
     def how(self) -> str:
-        if self.exitcode < 0:
-            try:
-                return f"killed by {signal.Signals(-self.exitcode).name} (exit {self.exitcode})"
-            except ValueError:
-                return f"killed by signal {-self.exitcode}"
-        return f"exit code {self.exitcode}"
+        return exit_description(self.exitcode)
 
     def describe(self) -> str:
         text = f"first failure: rank {self.rank} (local rank {self.local_rank}) on node " \
