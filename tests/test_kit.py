@@ -84,3 +84,22 @@ def test_collect_tagged_leads_each_files_rows_with_its_tags(tmp_path):
     assert df["host"].tolist() == ["a", "a", "c"] and df["x"].tolist() == [1.0, 2.0, 3.0]
     assert collect_tagged(pairs, "t", lambda a: {"host": a["host"]}, keep_empty=True)["x"].notna().all()
     assert collect_tagged(pairs, "missing", lambda a: {}).empty
+
+
+def test_the_plotting_stack_loads_seaborn_without_scipy_and_leaves_scipy_importable():
+    """What every report job saves: seaborn's optional scipy.stats import (~1 CPU-second). In a
+    fresh interpreter, as a report job starts: Agg backend, seaborn on its scipy-free path, and a
+    later ``import scipy.stats`` (gpulab.baseline's test) still works. And when scipy.stats is
+    already loaded, seaborn is imported as usual (nothing to save, nothing hidden)."""
+    import subprocess
+    import sys
+
+    probe = ("import sys; from gpulab.kit.plotting import plt, sns; import matplotlib; "
+             "import seaborn._statistics as st; "
+             "print(matplotlib.get_backend().lower(), 'scipy.stats' in sys.modules, st._no_scipy); "
+             "import scipy.stats; print(callable(scipy.stats.mannwhitneyu))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["agg", "False", "True", "True"], out.stdout + out.stderr
+    first = "import scipy.stats; " + probe
+    out = subprocess.run([sys.executable, "-c", first], capture_output=True, text=True, check=True)
+    assert out.stdout.split()[:3] == ["agg", "True", "False"], out.stdout + out.stderr

@@ -3,12 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from gpulab.kit.plotting import plt, sns
 import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
 
 from gpulab import outcomes, results  # noqa: E402
 from gpulab.kit.html import Figures, esc, note  # noqa: E402

@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import math
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from gpulab.kit.plotting import plt
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 

@@ -6,12 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from gpulab.kit.plotting import plt, sns
 import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
 
 from gpulab import limits, outcomes, results, seedref  # noqa: E402
 from gpulab.report import bars_figure  # noqa: E402

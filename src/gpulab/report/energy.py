@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from gpulab.kit.plotting import plt
 import pandas as pd  # noqa: E402
 
 from gpulab import results  # noqa: E402

@@ -7,12 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from gpulab.kit.plotting import plt, sns
 import numpy as np  # noqa: E402
-import seaborn as sns  # noqa: E402
 
 from gpulab import baseline as bl  # noqa: E402
 from gpulab import fleet as fl  # noqa: E402

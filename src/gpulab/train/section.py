@@ -4,13 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from gpulab.kit.plotting import plt, sns
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
 
 from gpulab import results  # noqa: E402
 from gpulab.kit.frames import checks_summary, collect_tagged, host_label  # noqa: E402

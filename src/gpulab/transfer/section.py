@@ -5,13 +5,9 @@ import math
 import textwrap
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from gpulab.kit.plotting import plt, sns
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
 
 from gpulab import outcomes, results  # noqa: E402
 from gpulab.kit.frames import failed_suffix, host_kind, host_kind_column  # noqa: E402
