@@ -364,3 +364,29 @@ def test_gemm_headlines_report_the_fixed_configuration_not_the_best(tmp_path):
     heads = section.headlines([path])
     assert "bf16 8192x8192x8192: 500 TFLOP/s" in heads[0]
     assert "bf16" in heads[1] and ": fail" in heads[1] and "Failed bars: 1 of 3" in heads[1]
+
+
+def test_harness_check_order_cancels_a_drifting_clock_where_path_first_read_a_false_fail(monkeypatch):
+    """Both sides cost the same; every timed call is 2 % slower than the one before (a GPU settling
+    from burst to sustained clocks). The ABBA order reads no overhead; the old order (path first in
+    each of 3 rounds) read the path 5 % faster than plain matmul: a fail of the two-sided bound
+    on a healthy GPU, as an H100 did at the quick preset's repeats (docs/runs/2026-12-06-forkrun)."""
+    from types import SimpleNamespace
+
+    clock = {"t": 0}
+
+    def drifting(repeats):
+        out = [1e-3 * (1 + 0.02 * (clock["t"] + i)) for i in range(repeats)]
+        clock["t"] += repeats
+        return out
+
+    monkeypatch.setattr(single_mod, "time_path",
+                        lambda a, b, out, d, w, r: SimpleNamespace(samples=drifting(r)))
+    monkeypatch.setattr(single_mod, "_plain_matmul_seconds", lambda a, b, d, w, r: drifting(r))
+    check = single_mod.harness_check(torch.device("cpu"), 16, warmup=0, repeats=3, seed=0)
+    assert check.verdict == "pass" and abs(check.value) < 1e-9, check
+    assert single_mod.harness_order(2) == ["path", "plain", "plain", "path"]
+    clock["t"] = 0
+    monkeypatch.setattr(single_mod, "harness_order", lambda: ["path", "plain"] * 3)
+    old = single_mod.harness_check(torch.device("cpu"), 16, warmup=0, repeats=3, seed=0)
+    assert old.verdict == "fail" and old.value < -single_mod.HARNESS_BOUND, old
