@@ -3,6 +3,15 @@ import pytest
 from gpulab import launch
 
 
+def _with_fixtures(folder: str) -> dict:
+    """PYTHONPATH with tests/fixtures/<folder> first: its worker modules become importable."""
+    import os
+    from pathlib import Path
+
+    fixtures = str(Path(__file__).parent / "fixtures" / folder)
+    return {"PYTHONPATH": os.pathsep.join([fixtures, os.environ.get("PYTHONPATH", "")])}
+
+
 @pytest.mark.slow
 def test_two_gloo_ranks_all_reduce_exactly_and_say_where_they_ran():
     res = launch.run_workers("gpulab.launch_check", {"numel": 1000}, nproc=2)
@@ -50,11 +59,7 @@ def test_one_node_ranks_are_forked_from_one_process_that_imported_torch(tmp_path
     """What the one-node launcher saves: no interpreter per rank. Every rank is a child of one
     launcher process and finds torch already imported when its module starts; each has its own
     environment (rank, log) and the rendezvous of a torchrun launch."""
-    import os
-    from pathlib import Path
-
-    fixtures = str(Path(__file__).parent / "fixtures" / "launch")
-    env = {"PYTHONPATH": os.pathsep.join([fixtures, os.environ.get("PYTHONPATH", "")])}
+    env = _with_fixtures("launch")
     res = launch.run_workers("who_am_i", {}, nproc=3, env=env, timeout=120)
     assert [r["env_rank"] for r in res] == ["0", "1", "2"]
     assert len({r["ppid"] for r in res}) == 1 and len({r["pid"] for r in res}) == 3
@@ -71,18 +76,15 @@ def test_sigterm_to_the_one_node_launcher_stops_ranks_that_ignore_ctrl_c(tmp_pat
     import subprocess
     import sys
     import time
-    from pathlib import Path
 
     import psutil
 
-    fixtures = str(Path(__file__).parent / "fixtures" / "lifetime")
     payload = tmp_path / "payload.json"
     payload.write_text('{"ready": "%s"}' % tmp_path)
     p = subprocess.Popen([sys.executable, "-m", "gpulab.forkrun", "--nproc=2",
                           f"--log-dir={tmp_path / 'logs'}", "-m", "stubborn_worker", "--payload",
                           str(payload), "--out-dir", str(tmp_path)],
-                         env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                             [fixtures, os.environ.get("PYTHONPATH", "")])},
+                         env={**os.environ, **_with_fixtures("lifetime")},
                          stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while len(list(tmp_path.glob("rank*"))) < 2:
@@ -100,14 +102,11 @@ def test_sigterm_to_the_one_node_launcher_stops_ranks_that_ignore_ctrl_c(tmp_pat
 def test_a_rank_killed_by_sigkill_is_named_with_its_node_signal_and_own_log(tmp_path):
     """Issue 29: not "failed on 4 rank(s) (exit 1)" but which rank, where, how, and its last words,
     in the first line of the error and so in the failed check's (500-character) note."""
-    import os
     import socket
-    from pathlib import Path
 
     from gpulab.outcomes import Check
 
-    fixtures = str(Path(__file__).parent / "fixtures" / "launch")
-    env = {"PYTHONPATH": os.pathsep.join([fixtures, os.environ.get("PYTHONPATH", "")])}
+    env = _with_fixtures("launch")
     with pytest.raises(launch.LaunchError) as err:
         launch.run_workers("kill_rank", {"kill_rank": 3, "marker": "marker-7f3a"}, nproc=4, env=env,
                            timeout=120)

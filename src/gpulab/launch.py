@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from gpulab import lifetime
+from gpulab import forkrun, lifetime
 from gpulab.forkrun import exit_description, free_port  # noqa: F401  (free_port: launch's API too)
 
 log = logging.getLogger("gpulab.launch")
@@ -160,6 +160,11 @@ def launch_dir(node: NodeSpec) -> str | None:
     return None
 
 
+def this_node() -> str:
+    """This host's short name, as a failure or a rank's placement names its node."""
+    return socket.gethostname().split(".")[0]
+
+
 @dataclass(frozen=True)
 class RankFailure:
     """The rank that failed first in a launch, as its launcher (forkrun or torchrun) saw it."""
@@ -216,19 +221,17 @@ def first_failure(output: str, log_dir: str | os.PathLike | None = None) -> Rank
     m = causes[0]
     host = m["host"]
     if host in ("localhost", "127.0.0.1", "::1"):  # a standalone agent names no node: this one
-        host = socket.gethostname().split(".")[0]
+        host = this_node()
     return RankFailure(int(m["rank"]), int(m["local"]), host, int(m["code"]),
                        rank_log_tail(log_dir, int(m["local"])))
 
 
 def forkrun_failure(log_dir: str | os.PathLike | None) -> RankFailure | None:
     """The first failure a one-node launch (gpulab.forkrun) recorded; None when there is none."""
-    from gpulab import forkrun
-
     f = forkrun.read_failure(log_dir)
     if f is None:
         return None
-    return RankFailure(f["rank"], f["local_rank"], socket.gethostname().split(".")[0],
+    return RankFailure(f["rank"], f["local_rank"], this_node(),
                        f["exitcode"], rank_log_tail(log_dir, f["local_rank"]))
 
 
@@ -386,7 +389,7 @@ def placement(ctx: WorkerContext) -> dict:
         device_id = ids[ctx.local_rank] if ctx.local_rank < len(ids) else str(ctx.local_rank)
     else:
         device_id = f"cpu:{ctx.local_rank}"
-    return {"rank": ctx.rank, "host": socket.gethostname().split(".")[0],
+    return {"rank": ctx.rank, "host": this_node(),
             "node_rank": int(os.environ.get("GROUP_RANK", 0)), "local_rank": ctx.local_rank,
             "device": str(ctx.device), "device_id": device_id}
 

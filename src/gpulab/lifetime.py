@@ -3,9 +3,9 @@
 A job is a chain  Snakemake -> shell -> gpulab-slot -> stage script -> launcher (gpulab.forkrun
 on one node, a torchrun agent per node) -> workers (or -> the spawned P2P=Disabled process).
 torchrun starts its workers in sessions of their own, so a Ctrl-C on the terminal never reaches
-them, and SIGKILL cannot be caught at all. Each link therefore
-asks the kernel to signal it when its parent dies (``PR_SET_PDEATHSIG``), and the links that can
-catch signals forward them down and reap what they started, with a bounded grace period.
+them, and SIGKILL cannot be caught at all. Each link therefore asks the kernel to signal it when
+its parent dies (``PR_SET_PDEATHSIG``), and the links that can catch signals forward them down and
+reap what they started, with a bounded grace period.
 """
 from __future__ import annotations
 

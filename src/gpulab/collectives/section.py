@@ -14,8 +14,8 @@ from gpulab.kit.html import Figures, esc, note  # noqa: E402
 TITLE = "Collective communication"
 
 METHODS = """
-<p>One process per device (forked on one node, torchrun across nodes): NCCL on GPUs, gloo on CPU virtual devices. Library
-collectives are the <code>torch.distributed</code> calls (all_reduce, all_gather_into_tensor,
+<p>One process per device (forked on one node, torchrun across nodes): NCCL on GPUs, gloo on
+CPU virtual devices. Library collectives are the <code>torch.distributed</code> calls (all_reduce, all_gather_into_tensor,
 reduce_scatter_tensor, broadcast from rank 0, all_to_all_single) on float32 data; torch exposes
 all-reduce and broadcast only in place and all-to-all only out of place, all-gather and
 reduce-scatter both ways. Bandwidths follow nccl-tests (doc/PERFORMANCE.md): for a collective of
