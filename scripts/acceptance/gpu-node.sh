@@ -2,10 +2,10 @@
 # The acceptance run of gpulab on a GPU node (issues 24, 25, 27, 28): what a release must show on
 # real hardware, as one script with two phases, because the GPU preset outlasts one remote call.
 #
-#   scripts/acceptance/gpu-node.sh start OUT [all|health|preset|recheck]  # installs snakemake from
-#                           # ./wheelhouse if missing, starts the whole run (or the health sequence
-#                           # alone, or all but it, or two health runs against a saved baseline)
-#                           # detached
+#   scripts/acceptance/gpu-node.sh start OUT [all|health|preset|recheck|quick]  # installs snakemake
+#                           # from ./wheelhouse if missing, starts the whole run (or the health
+#                           # sequence alone, or all but it, or two health runs against a saved
+#                           # baseline, or the README's main job twice) detached
 #   scripts/acceptance/gpu-node.sh poll OUT    # waits up to POLL_S (570) seconds, then packs what is
 #                           # made so far into OUT/acceptance.tgz; call again until it prints DONE
 # A lent machine is given back ~30 s after a call ends, with everything on it: run
@@ -77,6 +77,43 @@ recheck() {
   say "finished"; touch "$OUT/DONE"
 }
 
+verdicts() {
+  # Every bar and check of every result under results/, counted per result and verdict.
+  $PY - <<'PYEOF'
+from gpulab import results
+for f in results.find_results("results"):
+    counts = {}
+    for table in ("bars", "checks"):
+        try:
+            t = results.read_table(f, table)
+        except Exception:  # noqa: BLE001 - a result without that table
+            continue
+        for v, n in t["verdict"].value_counts().items():
+            counts[f"{table} {v}"] = int(n)
+        bad = t[t["verdict"] == "fail"]
+        for _, r in bad.iterrows():
+            print(f"  FAIL {f}: {r.get('bar', r.get('check'))} [{r.get('case', '')}] "
+                  f"{r.get('measured', r.get('value'))} {r.get('note', '')}"[:300])
+    print(f, counts)
+PYEOF
+}
+
+quick_twice() {
+  # The README's main job (the quick preset, config.yaml) twice on fresh results: a healthy GPU
+  # must end with no failed bar or check both times.
+  nvidia-smi -L > "$OUT/gpus.txt" 2>&1
+  for i in 1 2; do
+    t0=$(date +%s)
+    $SM --cores all --forceall > "$STATE/quick-$i.log" 2>&1
+    say "quick preset run $i rc=$? seconds=$(( $(date +%s) - t0 ))"
+    grep -E "steps|Finished|Error" "$STATE/quick-$i.log" > "$OUT/quick-$i-progress.txt"
+    verdicts > "$OUT/quick-$i-verdicts.txt" 2>&1
+    say "run $i: $(grep -c FAIL "$OUT/quick-$i-verdicts.txt") failed bars/checks"
+  done
+  cp results/report/report.html "$OUT/" 2>/dev/null
+  say "finished"; touch "$OUT/DONE"
+}
+
 case "$cmd" in
 start)
   have_snakemake || $PY -m gpulab.wheelhouse install --src wheelhouse >"$STATE/pip.log" 2>&1 \
@@ -94,8 +131,9 @@ poll)
   tail -5 "$STATE/out/progress.txt" 2>/dev/null
   [ -f "$STATE/out/DONE" ] && echo DONE || echo "still running"
   ;;
-run-all|run-health|run-preset|run-recheck)
+run-all|run-health|run-preset|run-recheck|run-quick)
   say() { echo "$(date -u +%H:%M:%S) $*" >> "$OUT/progress.txt"; }
+  [ "$cmd" = run-quick ] && { quick_twice; exit; }
   [ "$cmd" = run-health ] && { health_sequence; exit; }
   [ "$cmd" = run-recheck ] && { recheck; exit; }
   nvidia-smi -L > "$OUT/gpus.txt" 2>&1
