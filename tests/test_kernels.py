@@ -217,6 +217,9 @@ def test_main_result_on_cpu(stage_results):
     div = results.read_table(main, "divide")
     assert set(div["variant"]) == {"copy", "numpy", "torch"} and div["verified"].all()
     assert div.attrs["units"]["gbps"].startswith("GB/s") and not div["cache_resident"].any()
+    # the host's issue time is recorded; only a GPU row can be launch-bound (the host is the device)
+    assert (div["host_issue_s"] > 0).all() and not div["launch_bound"].any()
+    assert div.attrs["units"]["host_issue_s"].startswith("s")
     assert div.attrs["units"]["size_bytes"] == outcomes.unit_of("size_bytes")
     assert set(results.list_contents(main)["tables"]) >= set(stages.get("kernels").tables)
     checks = results.read_table(main, "checks")
@@ -332,12 +335,20 @@ def test_vector_kernels_compile_to_single_8_and_16_byte_loads(tmp_path):
     assert "ld.global.nc.v4.u32" in bodies["divide_vec16"] and "st.global.v4" in bodies["divide_vec16"]
 
 
-def _gpu_tables(vec16=3700.0, copy=3800.0, pipelined_wall=0.04, two_dev_wall=0.05, resident=False):
-    """Tables shaped like a 2-GPU run (values made up; the arithmetic is checked)."""
+def _gpu_tables(vec16=3700.0, copy=3800.0, pipelined_wall=0.04, two_dev_wall=0.05, resident=False,
+                issue_s=(5e-6,) * 5):
+    """Tables shaped like a 2-GPU run (values made up; the arithmetic is checked). ``issue_s``: the
+    host's time to queue one call of copy, naive, vec8, vec16, torch."""
     import pandas as pd
 
+    from gpulab.kernels import bench
+
+    gbps = [copy, 2000, 3000, vec16, 3000]
+    time_s = [2 * (1 << 30) / (g * 1e9) for g in gbps]
     div = pd.DataFrame({"variant": ["copy", "naive", "vec8", "vec16", "torch"],
-                        "size_bytes": [1 << 30] * 5, "gbps": [copy, 2000, 3000, vec16, 3000],
+                        "size_bytes": [1 << 30] * 5, "gbps": gbps, "time_s_median": time_s,
+                        "host_issue_s": list(issue_s),
+                        "launch_bound": [bench.launch_bound(i, t) for i, t in zip(issue_s, time_s)],
                         "cache_resident": [resident] * 5})
     rows = []
     for devices, threads, chunks, pinned, wall in [
@@ -391,6 +402,35 @@ def test_every_kernels_bar_fails_on_a_degraded_measurement(bar, degraded):
     assert main_bars("cuda", "NVIDIA H200", 2, *_gpu_tables()).set_index("bar").loc[bar, "verdict"] == "pass"
     got = main_bars("cuda", "NVIDIA H200", 2, *_gpu_tables(**degraded)).set_index("bar").loc[bar]
     assert got["verdict"] == "fail", got
+
+
+def test_launch_bound_rows_make_their_bars_not_applicable_and_gpu_bound_ones_still_fail():
+    # An H100 at the quick preset's 4 MB read vec16 at 0.78 x torch.floor_divide: ~30 us per call,
+    # host-issue time, for ~2 us of memory traffic (docs/runs/2026-12-06-quick-h100).
+    from gpulab.kernels import bench, main_bars
+
+    assert bench.launch_bound(25e-6, 30e-6) and not bench.launch_bound(5e-6, 300e-6)
+    assert not bench.launch_bound(1.0, 0.0)
+    div, split_df = _gpu_tables()
+    small = div.assign(size_bytes=4194317, time_s_median=32e-6, host_issue_s=28e-6,
+                       gbps=div.variant.map({"copy": 260.0, "naive": 250.0, "vec8": 262.0,
+                                             "vec16": 263.0, "torch": 338.0}))
+    small["launch_bound"] = True
+    bars = main_bars("cuda", "NVIDIA H200", 2, small, split_df).set_index("bar")
+    for bar in ("vec16 divide vs same-size copy (largest size)", "vec8 (seed char_vec) vs naive divide",
+                "vec16 vs torch.floor_divide", "same-size copy vs datasheet memory bandwidth",
+                "best divide kernel vs datasheet memory bandwidth"):
+        assert bars.loc[bar, "verdict"] == "not_applicable", bar
+        assert "launch-bound" in bars.loc[bar, "note"] and "kernels.sizes_bytes" in bars.loc[bar, "note"]
+    assert bars.loc["vec16 vs torch.floor_divide", "measured"] == 263.0
+    # one launch-bound side is enough: the other side's figure is compared with the host's rate
+    torch_only = main_bars("cuda", "NVIDIA H200", 2, *_gpu_tables(
+        vec16=2000.0, issue_s=(5e-6, 5e-6, 5e-6, 5e-6, 1.0)), ).set_index("bar")
+    assert torch_only.loc["vec16 vs torch.floor_divide", "verdict"] == "not_applicable"
+    assert torch_only.loc["vec16 divide vs same-size copy (largest size)", "verdict"] == "fail"
+    # a slow kernel that keeps the GPU busy is still a failure, not excused as launch-bound
+    slow = main_bars("cuda", "NVIDIA H200", 2, *_gpu_tables(vec16=2000.0)).set_index("bar")
+    assert slow.loc["vec16 vs torch.floor_divide", "verdict"] == "fail"
 
 
 def test_vec8_and_host_thread_bars_fail_when_slower():

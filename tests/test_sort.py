@@ -293,8 +293,8 @@ def test_moved_keys_check_fails_on_a_corrupted_output():
 
 
 def test_harness_check_fails_on_an_injected_delay():
-    assert bench.harness_verdict("2^30 keys", 1.02, 1.0).verdict == "pass"
-    slow = bench.harness_verdict("2^30 keys", 1.25, 1.0)
+    assert bench.harness_verdict("2^30 keys", 1.02).verdict == "pass"
+    slow = bench.harness_verdict("2^30 keys", 1.25)
     assert slow.verdict == "fail" and slow.check.startswith("harness overhead")
 
 
@@ -337,27 +337,85 @@ def test_a_crashed_case_is_a_failed_check():
     assert [c.verdict for c in checks] == ["fail"] and "out of device memory" in checks[0].note
 
 
-def test_sort_harness_times_both_sides_in_batches(monkeypatch):
-    # issue 24: one CUDA-event pair around one sort times the launch gap too; both sides of the
-    # harness check now time batches of HARNESS_BATCH back-to-back calls. The CUDA path is driven
-    # here by the numpy backend standing in for CuPy (cp.sort is numpy.sort).
+def _fake_cupy_bench(monkeypatch, clock=None, path_cost=1.0):
+    """A Bench whose CUDA path is driven by the numpy backend standing in for CuPy (cp.sort is
+    numpy.sort). ``clock(side)``: seconds per call a timed batch reports (a fake GPU clock), the
+    path side's times ``path_cost``; None times for real. Returns (bench, batch sizes seen)."""
     from gpulab.sort import backend as backend_mod
 
+    monkeypatch.setattr(bench, "HARNESS_MIN_KEYS", 4096)  # the real floor is 2^24 keys
     cfg = _settings(bar_keys=4096, warmup=0, repeats=2, device_counts=[1], algorithms=["p2p"])
     b = bench.Bench(cfg, "cpu", 1, "cpu")
-    batches = []
+    batches, on_path = [], {"yes": False}
+    real_sort = p2p.P2PMerge.sort
+
+    def spy(self, chunks):
+        on_path["yes"] = True
+        return real_sort(self, chunks)
+
+    monkeypatch.setattr(p2p.P2PMerge, "sort", spy)
 
     class FakeCupy(backend_mod.NumpyBackend):
         cp = np
 
         def time_device(self, fn, d, warmup, repeats, batch=1):
             batches.append(batch)
-            return super().time_device(fn, d, warmup, repeats, batch=batch)
+            on_path["yes"] = False
+            st = super().time_device(fn, d, warmup, repeats, batch=batch)
+            if clock is None:
+                return st
+            cost = path_cost if on_path["yes"] else 1.0
+            return timing.summarize([clock() * cost for _ in range(repeats)])
 
     b.kind, b.single = "cuda", FakeCupy(1)
+    return b, batches
+
+
+def test_sort_harness_times_both_sides_in_batches_of_abba_blocks(monkeypatch):
+    # issue 24: one CUDA-event pair around one sort times the launch gap too; both sides of the
+    # harness check time batches of HARNESS_BATCH back-to-back calls, one per side to warm up,
+    # then 4 per ABBA block.
+    b, batches = _fake_cupy_bench(monkeypatch)
     check = b.harness_check(seed=0)
     assert check.check == bench.HARNESS_CHECK and check.bound == bench.HARNESS_BOUND
-    assert batches == [bench.HARNESS_BATCH] * 4
+    assert batches == [bench.HARNESS_BATCH] * (2 + 4 * bench.HARNESS_BLOCKS)
+    assert check.case.startswith("4096 uint32 keys") and "12 ABBA blocks" in check.note
+
+
+def test_sort_harness_check_drops_a_drifting_clock_and_fails_a_real_overhead(monkeypatch):
+    # A healthy H100 at 2^20 keys read +10.3 % and +7.0 % with two cupy-first rounds: a clock
+    # settling while the check runs slows whichever side runs later. Here the fake GPU clock slows
+    # 2 % per batch and steps 30 % once; both sides do the same work.
+    t = {"n": 0}
+
+    def drifting():
+        t["n"] += 1
+        return 1e-3 * (1 + 0.02 * t["n"]) * (1.3 if t["n"] == 21 else 1.0)
+
+    b, _ = _fake_cupy_bench(monkeypatch, drifting)
+    ok = b.harness_check(seed=0)
+    assert ok.verdict == "pass" and abs(ok.value) < 0.005, ok
+    t["n"] = 0
+    slow, _ = _fake_cupy_bench(monkeypatch, drifting, path_cost=1.08)  # 8 % on every path call
+    bad = slow.harness_check(seed=0)
+    assert bad.verdict == "fail" and bad.value == pytest.approx(0.08, abs=0.005), bad
+
+
+def test_sort_harness_check_sorts_at_least_its_floor(monkeypatch):
+    # The check's size is its own: the quick preset's bar_keys (2^20) is too small to judge.
+    cfg = _settings(bar_keys=1 << 20, warmup=0, repeats=2, device_counts=[1], algorithms=["p2p"])
+    b = bench.Bench(cfg, "cpu", 1, "cpu")
+    seen = {}
+
+    def keys_then_stop(dist, key_type, n, seed):
+        seen["n"] = n
+        raise RuntimeError("stop")
+
+    monkeypatch.setattr(bench, "make_keys", keys_then_stop)
+    b.kind, b.single.cp = "cuda", np
+    with pytest.raises(RuntimeError, match="stop"):
+        b.harness_check(seed=0)
+    assert seen["n"] == bench.HARNESS_MIN_KEYS == 1 << 24
 
 
 def test_sort_headlines_report_the_fixed_algorithm_not_the_best(tmp_path):

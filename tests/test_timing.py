@@ -41,3 +41,22 @@ def test_measure_batch_times_back_to_back_calls_and_reports_per_call_time(monkey
     assert len(calls) == 20 and s.samples == (1.0, 2.0)
     with pytest.raises(ValueError):
         timing.measure(lambda: None, batch=0)
+
+
+def test_abba_block_ratios_cancel_a_linear_drift_that_side_by_side_rounds_do_not():
+    # Both sides do the same work; the clock slows 5 % per batch. ABBA pairs each side with its
+    # neighbours in time; rounds of one side then the other read the later side slower.
+    def run(order):
+        t = {"n": 0}
+
+        def batch(side):
+            t["n"] += 1
+            return 1.0 + 0.05 * t["n"]
+
+        return timing.block_ratios(batch, order, "a", "b")
+
+    abba = run(timing.abba_order("a", "b", 4))
+    assert timing.abba_order("a", "b", 1) == [("a", "b", "b", "a")]
+    assert all(r == pytest.approx(1.0) for r in abba)
+    rounds = run([("a", "a", "a", "b", "b", "b")] * 4)
+    assert all(r < 0.95 for r in rounds)

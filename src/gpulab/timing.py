@@ -148,3 +148,26 @@ class Stopwatch:
                 return False
 
         return _Phase()
+
+
+def abba_order(a: str, b: str, blocks: int) -> list[tuple[str, ...]]:
+    """``blocks`` blocks of the sides a, b, b, a: one timed batch each, back to back."""
+    return [(a, b, b, a)] * blocks
+
+
+def block_ratios(time_batch: Callable[[str], float], order: Sequence[tuple[str, ...]],
+                 num: str, den: str) -> list[float]:
+    """Per block of ``order``, the time of side ``num`` over that of side ``den``.
+
+    ``time_batch(side)`` times one batch of that side and returns its seconds. Comparing each batch
+    with its neighbours in time, in ABBA order (:func:`abba_order`), drops a clock that drifts
+    between and within blocks (a GPU settling from burst to sustained clocks, ~12 % on the H200:
+    shared/notes/h200-measured.md); the median over blocks drops a block hit by a clock step.
+    """
+    ratios = []
+    for block in order:
+        t = dict.fromkeys(block, 0.0)
+        for side in block:
+            t[side] += time_batch(side)
+        ratios.append(t[num] / t[den])
+    return ratios

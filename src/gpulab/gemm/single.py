@@ -149,10 +149,8 @@ HARNESS_CPU_REASON = "timed with CUDA events against batches of cuBLAS calls: CU
 
 
 def harness_order(blocks: int = HARNESS_BLOCKS) -> list[tuple[str, ...]]:
-    """The sides each block of the harness check times, one batch each, back to back: path, plain,
-    plain, path (ABBA). A clock drifting through a block (a GPU settling from burst to sustained
-    clocks, ~12 % on the H200: shared/notes/h200-measured.md) slows both sides of it alike."""
-    return [("path", "plain", "plain", "path")] * blocks
+    """The sides each block of the harness check times, one batch each: path, plain, plain, path."""
+    return timing.abba_order("path", "plain", blocks)
 
 
 def harness_check(device: torch.device, size: int, warmup: int, repeats: int, seed: int) -> Check:
@@ -177,15 +175,11 @@ def harness_check(device: torch.device, size: int, warmup: int, repeats: int, se
             return time_path(a, b, out, device, warm, 1).samples[0]
         return _plain_matmul_seconds(a, b, device, warm, 1)[0]
 
-    ratios = []
     with numerics.matmul_mode(prec):
         for side in ("path", "plain"):
             one_batch(side, warmup)  # untimed beyond the warm-up: both sides' first calls
-        for block in harness_order(max(HARNESS_BLOCKS, repeats)):
-            t = {"path": 0.0, "plain": 0.0}
-            for side in block:
-                t[side] += one_batch(side, 0)
-            ratios.append(t["path"] / t["plain"])
+        ratios = timing.block_ratios(lambda side: one_batch(side, 0),
+                                     harness_order(max(HARNESS_BLOCKS, repeats)), "path", "plain")
     return harness_verdict(case, timing.summarize(ratios).median, len(ratios))
 
 

@@ -2,7 +2,8 @@
 
 Divide bars compare different kernels on the same data in the same run (the hand-written kernels
 against a same-size copy, against the naive kernel and against ``torch.floor_divide``) and the
-copy and the best kernel against the datasheet memory bandwidth. Bytes are counted read+write
+copy and the best kernel against the datasheet memory bandwidth. A bar over a launch-bound row
+(the host issuing a call takes most of its GPU time: small sizes) is not applicable. Bytes are counted read+write
 (2 x image) everywhere, which is the traffic the datasheet's memory bandwidth counts, so like is
 compared with like. The split bars compare modes of the same work (serial vs pipelined, one device
 vs all, one host thread vs one per device). The independent-jobs records are checks (scheduling
@@ -31,6 +32,22 @@ def _gbps(big: pd.DataFrame, variant: str):
     return float(row["gbps"].iloc[0]) if len(row) else None
 
 
+def _launch_bound(big: pd.DataFrame, variants) -> str:
+    """Why the largest size's rows of ``variants`` judge the host, not the GPU ("" where none is
+    launch-bound): the reason a bar over them is not applicable."""
+    if "launch_bound" not in big.columns:
+        return ""
+    hit = big[big.variant.isin(list(variants)) & big["launch_bound"].fillna(False).astype(bool)]
+    if not len(hit):
+        return ""
+    r = hit.iloc[0]
+    return (f"launch-bound at the largest size ({int(r['size_bytes'])} B): queueing one "
+            f"{r['variant']} call took {1e6 * r['host_issue_s']:.1f} us of the host for "
+            f"{1e6 * r['time_s_median']:.1f} us per call on the GPU, so the figure is the host's "
+            f"launch rate, not the kernel's; add a larger kernels.sizes_bytes (the gpu preset "
+            f"goes to 1 GiB)")
+
+
 def divide_bars(kind: str, name: str, div: pd.DataFrame) -> list[Bar]:
     big = _largest(div)
     g = {v: _gbps(big, v) for v in ("copy", "naive", "vec8", "vec16", "torch")}
@@ -49,17 +66,20 @@ def divide_bars(kind: str, name: str, div: pd.DataFrame) -> list[Bar]:
         elif g[mine] is None or g[ref] is None:
             out.append(Bar.not_applicable(bar, f"variant {mine if g[mine] is None else ref} was not run "
                                                "(kernels.variants)", unit="GB/s"))
+        elif why := _launch_bound(big, (mine, ref)):
+            out.append(Bar.not_applicable(bar, why, unit="GB/s", measured=g[mine]))
         else:
             out.append(Bar.measure(bar, g[mine], g[ref], source=source, threshold=thr, unit="GB/s",
                                    note=f"{note}; {RW}"))
     best = big[~big.variant.isin(["copy", "torch", "numpy"])].sort_values("gbps")
     lim = limits.memory_bandwidth(name)
     resident = bool(big["cache_resident"].any()) if "cache_resident" in big.columns else False
-    for bar, measured, what in (
-            ("same-size copy vs datasheet memory bandwidth", g["copy"], "torch copy_"),
+    for bar, measured, what, variant in (
+            ("same-size copy vs datasheet memory bandwidth", g["copy"], "torch copy_", "copy"),
             ("best divide kernel vs datasheet memory bandwidth",
              best["gbps"].iloc[-1] if len(best) else None,
-             f"{best['variant'].iloc[-1]} kernel" if len(best) else "")):
+             f"{best['variant'].iloc[-1]} kernel" if len(best) else "",
+             best["variant"].iloc[-1] if len(best) else "")):
         if kind != "cuda":
             out.append(Bar.not_applicable(bar, NO_CUDA if "kernel" in bar else
                                           "the datasheet limit is a GPU's; CPU virtual devices here",
@@ -71,6 +91,8 @@ def divide_bars(kind: str, name: str, div: pd.DataFrame) -> list[Bar]:
         elif resident:
             out.append(Bar.not_applicable(bar, "the largest size fits in L2: that measures the cache, "
                                                "not memory; add a larger kernels.sizes_bytes", unit="GB/s"))
+        elif why := _launch_bound(big, (variant,)):
+            out.append(Bar.not_applicable(bar, why, unit="GB/s", measured=measured))
         else:
             out.append(Bar.measure(bar, measured, lim.value, source=lim.source, threshold=HBM_THRESHOLD,
                                    unit="GB/s", note=f"{what} at {int(big['size_bytes'].iloc[0])} B; {RW}"))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 
 import numpy as np
 import pandas as pd
@@ -24,14 +25,28 @@ def inner_calls(size: int, batch_bytes: int) -> int:
     return max(1, min(1000, math.ceil(batch_bytes / size)))
 
 
-def _timed(fn, inner: int, device: Device, warmup: int, repeats: int) -> timing.Stats:
+# A GPU row is launch-bound when the host takes at least this share of the GPU's per-call time to
+# issue one call: the GPU then waits on the host, and the figure is the host's launch rate, not the
+# kernel's. An H100 at the quick preset's 4 MB (one call per sample) read vec16 at 263 GB/s and
+# torch.floor_divide at 338 GB/s, ~30 us per call for ~2 us of memory traffic, and failed a
+# kernel-vs-kernel bar on a healthy GPU (docs/runs/2026-12-06-quick-h100).
+LAUNCH_BOUND_FRACTION = 0.7
+
+
+def _timed(fn, inner: int, device: Device, warmup: int, repeats: int) -> tuple[timing.Stats, float]:
+    """Per-call stats of fn, and the median host time to issue one call (perf_counter around the
+    calls of a sample, inside the CUDA-event pair: queueing, not the work, on a GPU)."""
+    issue = []
+
     def batch():
+        t0 = time.perf_counter()
         for _ in range(inner):
             fn()
+        issue.append((time.perf_counter() - t0) / inner)
 
     st = timing.measure(batch, warmup=warmup, repeats=repeats,
                         device=device.torch_device if device.kind == "cuda" else None)
-    return timing.summarize([s / inner for s in st.samples])
+    return timing.summarize([s / inner for s in st.samples]), float(np.median(issue[-repeats:]))
 
 
 def l2_bytes(device: Device) -> int:
@@ -43,7 +58,13 @@ def l2_bytes(device: Device) -> int:
     return int(getattr(torch.cuda.get_device_properties(device.index), "L2_cache_size", 0) or 0)
 
 
-def _row(variant, size, width, st: timing.Stats, inner, verified, copy_gbps=None, l2=0) -> dict:
+def launch_bound(host_issue_s: float, gpu_s: float) -> bool:
+    """The GPU was starved by the host: issuing a call took most of the call's GPU time."""
+    return gpu_s > 0 and host_issue_s >= LAUNCH_BOUND_FRACTION * gpu_s
+
+
+def _row(variant, size, width, st: timing.Stats, inner, verified, copy_gbps=None, l2=0,
+         host_issue_s=float("nan"), gpu=False) -> dict:
     moved = 2 * size  # read + write
     gbps = moved / st.median / 1e9
     return {"variant": variant, "size_bytes": size, "bytes_per_thread": width,
@@ -52,7 +73,9 @@ def _row(variant, size, width, st: timing.Stats, inner, verified, copy_gbps=None
             "fraction_of_copy": gbps / copy_gbps if copy_gbps else 1.0,
             # input and output both fit in L2: the figure is cache bandwidth, not memory
             "cache_resident": bool(l2) and moved <= l2,
-            "calls_per_sample": inner, "verified": bool(verified)}
+            "calls_per_sample": inner, "host_issue_s": host_issue_s,
+            "launch_bound": bool(gpu) and launch_bound(host_issue_s, st.median),
+            "verified": bool(verified)}
 
 
 def run_divide(device: Device, cfg: Settings) -> pd.DataFrame:
@@ -71,9 +94,10 @@ def run_divide(device: Device, cfg: Settings) -> pd.DataFrame:
         inp = torch.from_numpy(img).to(device.torch_device)
         inner = inner_calls(size, cfg.batch_bytes)
         dst = torch.from_numpy(wrong).to(device.torch_device)
-        st = _timed(lambda: dst.copy_(inp), inner, device, cfg.warmup, cfg.repeats)
+        gpu = device.kind == "cuda"
+        st, issue = _timed(lambda: dst.copy_(inp), inner, device, cfg.warmup, cfg.repeats)
         copy_ok = np.array_equal(dst.cpu().numpy(), img)
-        copy_row = _row("copy", size, 1, st, inner, copy_ok, l2=l2)
+        copy_row = _row("copy", size, 1, st, inner, copy_ok, l2=l2, host_issue_s=issue, gpu=gpu)
         rows.append(copy_row)
         del dst
         for v in runnable:
@@ -83,16 +107,19 @@ def run_divide(device: Device, cfg: Settings) -> pd.DataFrame:
             else:
                 out = torch.from_numpy(wrong).to(device.torch_device)
                 fn = divide.divider(v, out, inp, div, cfg.block)
-            st = _timed(fn, inner, device, cfg.warmup, cfg.repeats)
+            st, issue = _timed(fn, inner, device, cfg.warmup, cfg.repeats)
             got = out if isinstance(out, np.ndarray) else out.cpu().numpy()
             ok = np.array_equal(got, ref)
-            rows.append(_row(v, size, divide.WIDTH.get(v, 0), st, inner, ok, copy_row["gbps"], l2))
-            log.info("divide %-6s %12d B: %8.1f GB/s (%.0f%% of copy)%s", v, size, rows[-1]["gbps"],
-                     100 * rows[-1]["fraction_of_copy"], "" if ok else "  VERIFICATION FAILED")
+            rows.append(_row(v, size, divide.WIDTH.get(v, 0), st, inner, ok, copy_row["gbps"], l2,
+                             host_issue_s=issue, gpu=gpu and v != "numpy"))
+            log.info("divide %-6s %12d B: %8.1f GB/s (%.0f%% of copy)%s%s", v, size, rows[-1]["gbps"],
+                     100 * rows[-1]["fraction_of_copy"],
+                     "  launch-bound" if rows[-1]["launch_bound"] else "",
+                     "" if ok else "  VERIFICATION FAILED")
             del out
         del inp
     return pd.DataFrame(rows)
 
 
 # What the divide table's bandwidth counts, beside its unit (gpulab.outcomes.units_for).
-DIVIDE_NOTES = {"gbps": "read+write"}
+DIVIDE_NOTES = {"gbps": "read+write", "host_issue_s": "host time to queue one call"}

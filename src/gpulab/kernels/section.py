@@ -94,7 +94,8 @@ def _divide_figure(df: pd.DataFrame, figs: Figures) -> str:
 def _divide_table(df: pd.DataFrame, figs: Figures) -> str:
     big = df[df["size_bytes"] == df.groupby("host")["size_bytes"].transform("max")]
     t = big[[c for c in ("host", "device_kind", "variant", "size_bytes", "gbps", "gbps_min", "gbps_max",
-                         "fraction_of_copy", "cache_resident", "verified") if c in big.columns]].rename(columns={
+                         "fraction_of_copy", "cache_resident", "launch_bound", "verified")
+                         if c in big.columns]].rename(columns={
                  "size_bytes": "size (B)", "gbps": "GB/s (r+w)", "gbps_min": "min",
                  "gbps_max": "max", "fraction_of_copy": "of copy"})
     return figs.table(t, "Divide kernel at the largest size: median GB/s (read + write) with the "
