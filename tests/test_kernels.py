@@ -410,6 +410,9 @@ def test_launch_bound_rows_make_their_bars_not_applicable_and_gpu_bound_ones_sti
     from gpulab.kernels import bench, main_bars
 
     assert bench.launch_bound(25e-6, 30e-6) and not bench.launch_bound(5e-6, 300e-6)
+    # on a GPU a sample is never one call: its event pair would time the launch latency too
+    assert bench.inner_calls(4194317, 4 << 20, bench.CUDA_MIN_CALLS) == bench.CUDA_MIN_CALLS > 1
+    assert bench.inner_calls(1 << 20, 4 << 20) == 4 and bench.inner_calls(1 << 30, 4 << 20) == 1
     assert not bench.launch_bound(1.0, 0.0)
     div, split_df = _gpu_tables()
     small = div.assign(size_bytes=4194317, time_s_median=32e-6, host_issue_s=28e-6,

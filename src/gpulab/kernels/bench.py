@@ -20,16 +20,25 @@ from gpulab.kernels.settings import Settings
 log = logging.getLogger("gpulab.kernels")
 
 
-def inner_calls(size: int, batch_bytes: int) -> int:
-    """Calls per timed sample: enough that a sample moves ``batch_bytes`` (launch cost amortised)."""
-    return max(1, min(1000, math.ceil(batch_bytes / size)))
+# Calls per timed sample on a GPU at least: one event pair around one call also times the launch
+# latency before it, and then a launch-bound call reads as half host issue, half GPU time (an H100
+# at the quick preset's 4 MB, one call per sample: host issue 0.47-0.59 of the GPU time, vs
+# 0.93-0.98 in batches of 64; docs/runs/2026-12-06-quick-h100/probe_kernels.txt).
+CUDA_MIN_CALLS = 8
+
+
+def inner_calls(size: int, batch_bytes: int, at_least: int = 1) -> int:
+    """Calls per timed sample: enough that a sample moves ``batch_bytes`` (launch cost amortised),
+    and ``at_least``."""
+    return max(at_least, min(1000, math.ceil(batch_bytes / size)))
 
 
 # A GPU row is launch-bound when the host takes at least this share of the GPU's per-call time to
 # issue one call: the GPU then waits on the host, and the figure is the host's launch rate, not the
-# kernel's. An H100 at the quick preset's 4 MB (one call per sample) read vec16 at 263 GB/s and
-# torch.floor_divide at 338 GB/s, ~30 us per call for ~2 us of memory traffic, and failed a
-# kernel-vs-kernel bar on a healthy GPU (docs/runs/2026-12-06-quick-h100).
+# kernel's. An H100 at the quick preset's 4 MB read vec16 at 263 GB/s and torch.floor_divide at
+# 338 GB/s, ~30 us per call for ~2 us of memory traffic, and failed a kernel-vs-kernel bar on a
+# healthy GPU. In batches of CUDA_MIN_CALLS or more, launch-bound rows read 0.93-0.98 and rows
+# from 64 MiB up at most 0.36 (docs/runs/2026-12-06-quick-h100/probe_kernels.txt).
 LAUNCH_BOUND_FRACTION = 0.7
 
 
@@ -92,7 +101,7 @@ def run_divide(device: Device, cfg: Settings) -> pd.DataFrame:
         # Start every output at 255 - ref: differs from the answer in every byte, never zeros.
         wrong = (np.uint8(255) - ref)
         inp = torch.from_numpy(img).to(device.torch_device)
-        inner = inner_calls(size, cfg.batch_bytes)
+        inner = inner_calls(size, cfg.batch_bytes, CUDA_MIN_CALLS if device.kind == "cuda" else 1)
         dst = torch.from_numpy(wrong).to(device.torch_device)
         gpu = device.kind == "cuda"
         st, issue = _timed(lambda: dst.copy_(inp), inner, device, cfg.warmup, cfg.repeats)

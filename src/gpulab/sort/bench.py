@@ -361,9 +361,10 @@ HARNESS_BATCH = 5
 # harness check's): two cupy-first rounds of the preset's repeats read a healthy H100 at +10.3 %
 # and +7.0 % (docs/runs/2026-12-06-quick-h100).
 HARNESS_BLOCKS = 12
-# Keys the check sorts at least, whatever bar_keys: at the quick preset's 2^20 a CUB sort is
-# ~0.1 ms on an H100 and the path's few microseconds of Python per call (two device-context
-# switches, the merge-tree walk) read as 7-10 %; from 2^24 (~1 ms per sort) they are under 1 %.
+# Keys the check sorts at least, whatever bar_keys: at the quick preset's 2^20 a CUB sort takes
+# ~92 us of an H100 and ~60 us of the host to issue (either side), so a host hiccup shows in the
+# ratio: ABBA blocks read +0.7 % and +2.2 % there, +0.12 % and +0.17 % at 2^24 (~0.5 ms per sort;
+# docs/runs/2026-12-06-quick-h100/probe.txt).
 HARNESS_MIN_KEYS = 1 << 24
 
 
