@@ -29,9 +29,12 @@ references. Every output is compared byte for byte with numpy's result; outputs 
 bytes written (2&times; the image) for the kernels and for the roofline alike: a torch copy of the
 same size on the same device (D2D on a GPU), timed in the same run. Times are medians of
 &ge;5 samples after warm-up (CUDA events on GPUs); a sample repeats the call until
-<code>batch_bytes</code> went through and reports the time per call, which hides launch cost on small
-sizes. Sizes whose input and output together fit in the GPU's L2 cache are marked
-<i>cache-resident</i>: they measure the cache, not memory, and no bar uses them.</p>
+<code>batch_bytes</code> went through (at least 8 calls on a GPU, so the event pair does not time one
+launch latency) and reports the time per call. Sizes whose input and output together fit in the
+GPU's L2 cache are marked <i>cache-resident</i>: they measure the cache, not memory, and no
+datasheet bar uses them. Rows where the host needs at least 0.7&times; a call's GPU time to issue
+it are marked <i>launch-bound</i>: the GPU waited on the host, so the figure is the host's launch
+rate, and no bar uses them.</p>
 <p>Bars: vec16 against the same-size copy (&ge; 0.8), vec8 against naive and vec16 against
 <code>torch.floor_divide</code> (&ge; 1: different kernels on the same data, same run); the copy and the
 best hand-written kernel against the datasheet memory bandwidth of the GPU model
