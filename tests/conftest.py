@@ -174,12 +174,16 @@ def workflow_dir(tmp_path) -> Path:
     return copy_workflow(tmp_path / "wf")
 
 
+# `python -m snakemake` polling a SLURM cluster every 2 s instead of backing off (tests/slurm/fastpoll.py)
+FASTPOLL = Path(__file__).parent / "slurm" / "fastpoll.py"
+
+
 def snakemake(cwd: Path, *args: str, env: dict | None = None, timeout: float = 900,
-              check: bool = True) -> subprocess.CompletedProcess:
+              check: bool = True, fast_slurm_polls: bool = False) -> subprocess.CompletedProcess:
     e = dict(os.environ)
     e.update(env or {})
     e.setdefault("GPULAB_SLOT_DIR", str(cwd / ".slots"))
-    cmd = [sys.executable, "-m", "snakemake", *args]
+    cmd = [sys.executable, *([str(FASTPOLL)] if fast_slurm_polls else ["-m", "snakemake"]), *args]
     p = subprocess.run(cmd, cwd=cwd, env=e, capture_output=True, text=True, timeout=timeout)
     if check and p.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stdout[-4000:]}\n{p.stderr[-6000:]}")

@@ -37,7 +37,7 @@ def test_probe_runs_as_a_slurm_job_with_a_gpu_of_its_own(cluster, workflow_dir):
         "--slurm-init-seconds-before-status-checks", "2", "--default-resources", "mem_mb=500",
         "runtime=10", "cpus_per_task=1", "--", "probe",
         env={**cluster.env, "GPULAB_HOST": "slurmnode"},
-        timeout=600, check=False)
+        timeout=600, check=False, fast_slurm_polls=True)
     log = p.stdout + p.stderr
     assert p.returncode == 0, log[-6000:] + cluster.logs()
     assert "sbatch" in log or "Job" in log

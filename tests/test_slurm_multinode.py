@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import copy_workflow, stage_context
+from conftest import FASTPOLL, copy_workflow, stage_context
 from gpulab import results
 from slurm.cluster import TwoNodeCluster, namespaces_allowed
 
@@ -49,7 +49,7 @@ def start_snakemake(cluster, wf: Path, config: dict, targets: list[str], env: di
     """`snakemake --profile workflow/profiles/slurm <target>` on node 0 (the cluster's only
     network is inside the namespaces)."""
     (wf / "cluster.yaml").write_text(yaml.safe_dump(config))
-    argv = ["timeout", str(timeout), sys.executable, "-m", "snakemake",
+    argv = ["timeout", str(timeout), sys.executable, str(FASTPOLL),
             "--profile", "workflow/profiles/slurm", "--configfile", "cluster.yaml", "--jobs", "2",
             "--slurm-status-command", "squeue", "--slurm-no-account",
             "--slurm-init-seconds-before-status-checks", "2", "--latency-wait", "5",
