@@ -68,8 +68,9 @@ def pytest_unconfigure(config):
 #    worker. Files that use a machine-wide resource say so (`machine_wide("slurm")`: both SLURM
 #    clusters write /etc/slurm), and hold it one at a time.
 # 2. The long files are handed out first (longest first, by their time on one process): a 3-minute
-#    pipeline that starts last ends last. The SLURM cluster file, mostly waiting on the executor's
-#    status polls, goes second: it runs beside the busiest pipeline instead of beside another one.
+#    pipeline that starts last ends last. The SLURM cluster file, mostly waiting on its cluster
+#    (daemons, job start-ups, status polls every 2 s: tests/slurm/fastpoll.py), goes second: it runs
+#    beside the busiest pipeline instead of beside another one.
 # 3. A test marked `alone` measures this machine against itself (healthy vs degraded hosts): it
 #    runs while no other test does, or another worker's pipeline would read as a sick host.
 LONG_FIRST = ("test_workflow", "test_slurm_multinode", "test_odd_devices", "test_fleet",
