@@ -3,9 +3,9 @@
 Divide bars compare different kernels on the same data in the same run (the hand-written kernels
 against a same-size copy, against the naive kernel and against ``torch.floor_divide``) and the
 copy and the best kernel against the datasheet memory bandwidth. A bar over a launch-bound row
-(the host issuing a call takes most of its GPU time: small sizes) is not applicable. Bytes are counted read+write
-(2 x image) everywhere, which is the traffic the datasheet's memory bandwidth counts, so like is
-compared with like. The split bars compare modes of the same work (serial vs pipelined, one device
+(issuing a call takes the host most of the call's GPU time: small sizes) is not applicable. Bytes
+are counted read+write (2 x image) everywhere, which is the traffic the datasheet's memory
+bandwidth counts, so like is compared with like. The split bars compare modes of the same work (serial vs pipelined, one device
 vs all, one host thread vs one per device). The independent-jobs records are checks (scheduling
 did what it should), not performance.
 """
