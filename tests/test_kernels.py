@@ -428,7 +428,7 @@ def test_launch_bound_rows_make_their_bars_not_applicable_and_gpu_bound_ones_sti
     assert bars.loc["vec16 vs torch.floor_divide", "measured"] == 263.0
     # one launch-bound side is enough: the other side's figure is compared with the host's rate
     torch_only = main_bars("cuda", "NVIDIA H200", 2, *_gpu_tables(
-        vec16=2000.0, issue_s=(5e-6, 5e-6, 5e-6, 5e-6, 1.0)), ).set_index("bar")
+        vec16=2000.0, issue_s=(5e-6, 5e-6, 5e-6, 5e-6, 1.0))).set_index("bar")
     assert torch_only.loc["vec16 vs torch.floor_divide", "verdict"] == "not_applicable"
     assert torch_only.loc["vec16 divide vs same-size copy (largest size)", "verdict"] == "fail"
     # a slow kernel that keeps the GPU busy is still a failure, not excused as launch-bound

@@ -339,8 +339,8 @@ def test_a_crashed_case_is_a_failed_check():
 
 def _fake_cupy_bench(monkeypatch, clock=None, path_cost=1.0):
     """A Bench whose CUDA path is driven by the numpy backend standing in for CuPy (cp.sort is
-    numpy.sort). ``clock(side)``: seconds per call a timed batch reports (a fake GPU clock), the
-    path side's times ``path_cost``; None times for real. Returns (bench, batch sizes seen)."""
+    numpy.sort). ``clock()``: seconds per call the next timed batch reports (a fake GPU clock),
+    times ``path_cost`` on the path side; None times for real. Returns (bench, batch sizes seen)."""
     from gpulab.sort import backend as backend_mod
 
     monkeypatch.setattr(bench, "HARNESS_MIN_KEYS", 4096)  # the real floor is 2^24 keys
