@@ -76,7 +76,8 @@ def pytest_unconfigure(config):
 LONG_FIRST = ("test_workflow", "test_slurm_multinode", "test_odd_devices", "test_fleet",
               "test_interrupt", "test_train", "test_stages", "test_damaged_workflow", "test_report",
               "test_cli_and_inputs", "test_multinode", "test_fleet_faults", "test_collectives_ranks",
-              "test_gemm", "test_slurm", "test_report_workflow", "test_slots", "test_lifetime")
+              "test_gemm", "test_slurm", "test_report_workflow", "test_slots", "test_lifetime",
+              "test_wheelhouse")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -149,14 +150,47 @@ def copy_run(src: Path, dest: Path) -> Path:
 CPU_ENV = {"GPULAB_HOST": "testhost", "GPULAB_GPU_POOL": ""}
 
 
+def shared_run(tmp_path_factory, name: str, build) -> Path:
+    """``build(dest)`` run once for the whole suite, its tree shared by every worker.
+
+    A session fixture runs once per xdist worker, and the files that use a finished run land on
+    different workers: each would make its own. The first worker to ask builds it under a lock in
+    the folder all workers' temporary folders share; the others wait for the lock and read it. A
+    failed build is not kept: the next worker to ask builds it again (and fails on its own)."""
+    if "PYTEST_XDIST_TESTRUNUID" not in os.environ:
+        dest = tmp_path_factory.mktemp(name) / "wf"
+        build(dest)
+        return dest
+    import fcntl
+
+    root = tmp_path_factory.getbasetemp().parent / f"shared-{name}"
+    root.mkdir(exist_ok=True)
+    dest, done = root / "wf", root / "built"
+    fd = os.open(root / "lock", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(dest, ignore_errors=True)
+            build(dest)
+            done.touch()
+    finally:
+        os.close(fd)
+    return dest
+
+
 @pytest.fixture(scope="session")
 def probe_report_run(tmp_path_factory) -> Path:
     """The probe and the report (config report.stages: [probe]), with another host's probe result
-    copied into results/ as a user would, run once per session for every test that needs a finished
-    small run. Read-only: a test that changes the tree works on copy_run(probe_report_run, ...)."""
+    copied into results/ as a user would, run once per suite (shared_run) for every test that needs
+    a finished small run. Read-only: a test that changes the tree works on
+    copy_run(probe_report_run, ...)."""
+    return shared_run(tmp_path_factory, "probe-report", _build_probe_report_run)
+
+
+def _build_probe_report_run(dest: Path) -> None:
     from gpulab import probe, results
 
-    wf = copy_workflow(tmp_path_factory.mktemp("probe-report") / "wf")
+    wf = copy_workflow(dest)
     cfg_path = wf / "config.yaml"
     cfg = yaml.safe_load(cfg_path.read_text())
     cfg.setdefault("report", {})["stages"] = ["probe"]
@@ -166,7 +200,6 @@ def probe_report_run(tmp_path_factory) -> Path:
         results.write(probe.build_result("probe", "main", {"gpus": "all"}, probe.collect()),
                       wf / "results" / "probe" / "otherhost.h5")
     snakemake(wf, "--cores", "2", env=CPU_ENV)
-    return wf
 
 
 @pytest.fixture
