@@ -195,14 +195,16 @@ def test_pipeline_matches_unsplit_model_and_measures_the_bubble(stage):
     assert len(ran) == 3 and np.isfinite(ran["bubble_measured"]).all()
     assert ran["bubble_gpipe"].tolist() == pytest.approx(
         [loop.gpipe_bubble(2, m) for m in ran["microbatches"]])
-    # Every rank's idle share is a fraction of its step, and a GPipe rank idles at least the
-    # schedule's own (p-1)/(m+p-1) (less only by timer noise).
+    # Every rank's idle share is a fraction of its step, and under GPipe the ranks' mean idle share
+    # (the table's bubble, the bar's figure) is at least the schedule's own (p-1)/(m+p-1), less
+    # only by timer noise. Not each rank's: the last stage also holds the head and the loss, so it
+    # idles less than (p-1)/(m+p-1) by design (0.37 at m=1 in a CI run, its peer 0.56).
     ranks = results.read_table(p, "pipeline_ranks")
     ranks = ranks[ranks["note"] == ""]
     assert ((ranks["bubble_measured"] >= 0) & (ranks["bubble_measured"] < 1)).all(), ranks
     assert (ranks["busy_s"] <= ranks["step_s_median"]).all()
-    gp = ranks[ranks["schedule"] == "gpipe"]
-    assert (gp["bubble_measured"] >= gp["bubble_gpipe"] - 0.1).all(), gp
+    gp = ran[ran["schedule"] == "gpipe"]
+    assert len(gp) == 2 and (gp["bubble_measured"] >= gp["bubble_gpipe"] - 0.1).all(), gp
     assert (results.read_table(p, "bars")["verdict"] == "not_applicable").all()
 
 

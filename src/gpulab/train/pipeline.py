@@ -5,8 +5,10 @@ number of micro-batches m. The bubble is measured and set against GPipe's (p-1)/
 Measured bubble of a rank = 1 - busy / step, where busy is the time this rank spent inside its
 stage's forward, loss and backward calls *during the timed steps themselves*, and step is the
 schedule's step time. Busy is a sum of disjoint sub-intervals of the step, so the bubble lies in
-[0, 1); communication and scheduling overhead count as bubble. For GPipe every rank's bubble is at
-least (p-1)/(m+p-1) when the stages are balanced, and more when they are not.
+[0, 1); communication and scheduling overhead count as bubble. For GPipe the ranks' mean bubble is
+at least (p-1)/(m+p-1): equal to it when the stages are balanced, more when they are not. One
+rank's own can be less: the busiest stage (here the last, which also holds the head and the loss)
+idles less than the others.
 
 Why not time the stage alone (as this did before): the stage's forward+backward run alone, after
 the sweep and with one warm-up call, on other threads' leftovers, has little to do with what the
