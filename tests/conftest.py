@@ -166,7 +166,7 @@ def shared_run(tmp_path_factory, name: str, build) -> Path:
     root = tmp_path_factory.getbasetemp().parent / f"shared-{name}"
     root.mkdir(exist_ok=True)
     dest, done = root / "wf", root / "built"
-    fd = os.open(root / "lock", os.O_RDWR | os.O_CREAT)
+    fd = _lock_file(f"shared-{name}")
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         if not done.exists():
