@@ -1,4 +1,5 @@
 """Per-phase wall times of a job (issue 28): set-up apart from measurement, in the log and result."""
+import contextlib
 import json
 import logging
 import time
@@ -46,6 +47,33 @@ def test_a_stage_result_lists_its_phases(tmp_path):
     assert got["device discovery"]["kind"] == phases.SETUP
     assert got["the benchmark"]["kind"] == phases.MEASUREMENT
     assert got["the benchmark"]["seconds"] >= 0.02 and a["run_s"] >= 0.02
+
+
+@pytest.mark.parametrize("marked", [False, True])
+def test_the_summary_line_calls_unmarked_time_unmarked(tmp_path, capfd, marked):
+    """A stage that marks no phase inside its run spent that time unmarked, not 0 s measuring; one
+    that marks its benchmark has it as measurement and nothing much unmarked."""
+    import re
+
+    def run(ctx):
+        with phases.phase("the benchmark") if marked else contextlib.nullcontext():
+            time.sleep(0.2)
+        return ctx.new_result("cpu")
+
+    cfg = json.dumps({"stage": {}, "devices": {"backend": "cpu", "cpu_devices": 1},
+                      "validated": True})
+    # (the job's own log handler on stderr, as in a Snakemake log: it replaces pytest's)
+    assert stage_main("probe", run, argv=["--config-json", cfg, "--out", str(tmp_path / "r.h5")]) == 0
+    err = capfd.readouterr().err
+    m = re.search(r"probe/main: run ([\d.]+) s: measurement ([\d.]+) s and set-up ([\d.]+) s in "
+                  r"marked phases, ([\d.]+) s unmarked; start-up before it ([\d.]+) s", err)
+    assert m, err
+    run_s, measured, setup, unmarked, startup = map(float, m.groups())
+    assert run_s >= 0.2 and startup > 0
+    if marked:
+        assert measured >= 0.2 and unmarked < 0.1
+    else:
+        assert measured == 0 and unmarked >= 0.2
 
 
 @pytest.mark.slow

@@ -44,8 +44,13 @@ class Recorder:
             self.record(name, time.perf_counter() - t0, kind)
 
     def totals(self) -> dict[str, float]:
+        return self.sums(self.rows)
+
+    @staticmethod
+    def sums(rows: list[dict]) -> dict[str, float]:
+        """Seconds per kind over ``rows`` (a recorder's rows, or a slice of them)."""
         out = {SETUP: 0.0, MEASUREMENT: 0.0}
-        for r in self.rows:
+        for r in rows:
             out[r["kind"]] += r["seconds"]
         return out
 

@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterable
 
 from gpulab import devices as devmod
 from gpulab import lifetime, phases, results
+from gpulab.phases import Recorder
 from gpulab.launch import NotResultNode
 
 log = logging.getLogger("gpulab")
@@ -180,7 +181,7 @@ def stage_main(stage: str, run: Callable[[StageContext], results.Result], doc: s
              _visible(ctx))
 
     def run_and_write() -> int:
-        t0 = time.perf_counter()
+        t0, before = time.perf_counter(), len(rec.rows)
         try:
             result = run(ctx)
         except NotResultNode as exc:
@@ -188,10 +189,13 @@ def stage_main(stage: str, run: Callable[[StageContext], results.Result], doc: s
             log.info("%s/%s: %s; this node writes no result", stage, ctx.variant, exc)
             return 0
         run_s = time.perf_counter() - t0
-        totals = rec.totals()
-        log.info("%s/%s: run %.2f s: set-up %.2f s, measurement %.2f s in marked phases (start-up "
-                 "included)", stage, ctx.variant, run_s, totals[phases.SETUP],
-                 totals[phases.MEASUREMENT])
+        # Most stages mark no phase inside run: their time is then "unmarked", never "0 s of
+        # measurement" (the start-up before run is its own figure).
+        inside = Recorder.sums(rec.rows[before:])
+        log.info("%s/%s: run %.2f s: measurement %.2f s and set-up %.2f s in marked phases, "
+                 "%.2f s unmarked; start-up before it %.2f s", stage, ctx.variant, run_s,
+                 inside[phases.MEASUREMENT], inside[phases.SETUP],
+                 max(0.0, run_s - inside[phases.MEASUREMENT] - inside[phases.SETUP]), age)
         # Where the job's time went (issue 28): every phase, set-up or measurement, in the result.
         result.attrs.setdefault("phases", list(rec.rows))
         result.attrs.setdefault("run_s", run_s)
