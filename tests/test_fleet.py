@@ -34,7 +34,13 @@ MIN_CPU_SHARE = 0.6
 MEMCPY_BAND = 0.35
 
 
-def measure_healthy(root: Path, host: str, reference: dict) -> None:
+class SlowSpell(Exception):
+    """The machine's memory bandwidth rose well above the fleet's reference: the reference (and the
+    hosts measured with it) came from a slow spell, so the fleet is measured again."""
+
+
+def measure_healthy(root: Path, host: str, reference: dict) -> str:
+    """Measure ``host``; "" when it ran healthy, else why not (after 3 tries)."""
     why = ""
     for _ in range(3):
         capacity, memcpy = machine_state()
@@ -42,12 +48,13 @@ def measure_healthy(root: Path, host: str, reference: dict) -> None:
         ref = reference.setdefault("memcpy", memcpy)
         if share < MIN_CPU_SHARE * capacity:
             why = f"{host} got {share:.0%} of a CPU where a busy loop got {capacity:.0%}"
-        elif abs(memcpy / ref - 1) > MEMCPY_BAND:
+        elif memcpy / ref - 1 > MEMCPY_BAND:
+            raise SlowSpell(f"memcpy ran at {memcpy:.1f} GB/s, {ref:.1f} GB/s before the first host")
+        elif 1 - memcpy / ref > MEMCPY_BAND:
             why = f"memcpy ran at {memcpy:.1f} GB/s, {ref:.1f} GB/s before the first host"
         else:
-            return
-    pytest.skip(f"this machine is too busy to measure a healthy host (other processes' load): {why}, "
-                "in each of 3 tries")
+            return ""
+    return why
 
 
 def measure_sick(root: Path, host: str) -> None:
@@ -139,19 +146,48 @@ def test_compare_one_verdicts_and_tolerance():
     assert bl.compare_one("ecc", "errors", "lower", [0], [0]).change == "same"
 
 
+def test_a_reference_from_a_slow_spell_remeasures_the_fleet_and_a_busy_host_says_why(monkeypatch, tmp_path):
+    """The guards of the real-measurement fixture below, on scripted readings: memcpy well above the
+    reference means the reference was slow (measure the fleet again), well below means other
+    tenants took the bandwidth (try the host again, then say why)."""
+    me = sys.modules[__name__]
+
+    readings = iter([(1.0, 10.0), (1.0, 10.5), (1.0, 16.0), (1.0, 5.0), (1.0, 5.0), (1.0, 5.0)])
+    monkeypatch.setattr(me, "machine_state", lambda: next(readings))
+    monkeypatch.setattr(me, "measure_host", lambda root, host: 0.95)
+    ref: dict = {}
+    assert measure_healthy(tmp_path, "node1", ref) == "" and ref == {"memcpy": 10.0}
+    assert measure_healthy(tmp_path, "node2", ref) == ""  # 5 % off: the same machine
+    with pytest.raises(SlowSpell, match="16.0 GB/s, 10.0 GB/s"):
+        measure_healthy(tmp_path, "node3", ref)
+    assert "5.0 GB/s, 10.0 GB/s" in measure_healthy(tmp_path, "node3", ref)  # 3 tries, all low
+    monkeypatch.setattr(me, "measure_host", lambda root, host: 0.2 if host == "busy" else 0.95)
+    readings = iter([(1.0, 10.0)] * 3)
+    assert "busy got 20% of a CPU" in measure_healthy(tmp_path, "busy", ref)
+
+
 # ---------------------------------------------------------------- real measurements
 
 @pytest.fixture(scope="module")
 def fleet_results(tmp_path_factory) -> Path:
     """Five hosts measured for real on this machine; 'sick' degraded while it ran."""
-    root = tmp_path_factory.mktemp("fleet") / "results"
-    reference: dict = {}
-    for host in ("node1", "node2", "sick", "node3", "node4"):
-        if host == "sick":
-            measure_sick(root, host)
-        else:
-            measure_healthy(root, host, reference)
-    return root
+    why = ""
+    for _ in range(3):  # a fleet whose reference came from a slow spell is measured again, whole
+        root = tmp_path_factory.mktemp("fleet") / "results"
+        reference: dict = {}
+        try:
+            for host in ("node1", "node2", "sick", "node3", "node4"):
+                if host == "sick":
+                    measure_sick(root, host)
+                elif why := measure_healthy(root, host, reference):
+                    break  # busy through 3 tries of one host: the machine is taken, stop here
+            else:
+                return root
+            break
+        except SlowSpell as exc:
+            why = f"{exc} (the reference came from a slow spell)"
+    pytest.skip(f"this machine is too busy to measure a healthy host (other processes' load): {why}, "
+                "in each of 3 tries")
 
 
 @pytest.mark.slow
