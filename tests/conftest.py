@@ -1,6 +1,7 @@
 """Shared fixtures: a private copy of the workflow to run Snakemake in, and helpers to run it."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -249,18 +250,28 @@ def job_counts(out: str) -> dict[str, int]:
 
 def marked_processes(mark: str):
     """Every live process started under a test's GPULAB_TEST_MARK (workers included: they inherit
-    it), for the tests that check no process outlives its job."""
+    it), for the tests that check no process outlives its job. Each carries its name and command
+    line as they were when listed (``p.info["name"]``, ``" ".join(p.info["cmdline"])``): a process
+    may end between the listing and a later ``p.name()``, which then raises."""
     import psutil
 
     out = []
-    for p in psutil.process_iter(["pid"]):
-        try:
-            if p.pid != os.getpid() and p.environ().get("GPULAB_TEST_MARK") == mark \
-                    and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except psutil.Error:
-            continue
+    for p in psutil.process_iter(["pid", "name", "cmdline", "environ", "status"]):
+        info = p.info
+        if p.pid != os.getpid() and (info.get("environ") or {}).get("GPULAB_TEST_MARK") == mark \
+                and info.get("status") != psutil.STATUS_ZOMBIE:
+            info["cmdline"] = info.get("cmdline") or []
+            out.append(p)
     return out
+
+
+def kill_marked(mark: str) -> None:
+    """SIGKILL every process of a test's mark (cleanup: one that ended meanwhile is fine)."""
+    import psutil
+
+    for p in marked_processes(mark):
+        with contextlib.suppress(psutil.Error):
+            p.kill()
 
 
 def stage_settings(stage: str, **section):

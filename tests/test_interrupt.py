@@ -14,7 +14,7 @@ import psutil
 import pytest
 import yaml
 
-from conftest import REPO, copy_workflow, marked_processes, planned_rules, snakemake
+from conftest import REPO, copy_workflow, kill_marked, marked_processes, planned_rules, snakemake
 
 pytestmark = pytest.mark.e2e
 
@@ -72,7 +72,7 @@ def _interrupt(wf, target: str, worker: str, how: str, mark: str) -> None:
                           stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         # Ranks that cannot react (blocked in a collective) are tests/test_lifetime.py's part.
-        _wait_for(lambda: [p for p in marked_processes(mark) if worker in " ".join(p.cmdline())], 240,
+        _wait_for(lambda: [p for p in marked_processes(mark) if worker in " ".join(p.info["cmdline"])], 240,
                   f"{worker} to start")
         if how == "SIGINT":  # Ctrl-C: the terminal signals the whole foreground process group
             os.killpg(sm.pid, signal.SIGINT)
@@ -86,10 +86,9 @@ def _interrupt(wf, target: str, worker: str, how: str, mark: str) -> None:
             if not left:
                 break
             time.sleep(0.5)
-        assert not left, f"after {how}: still running: {[' '.join(p.cmdline())[:120] for p in left]}"
+        assert not left, f"after {how}: still running: {[' '.join(p.info['cmdline'])[:120] for p in left]}"
     finally:
-        for p in marked_processes(mark):  # never leak processes into the rest of the suite
-            p.kill()
+        kill_marked(mark)  # never leak processes into the rest of the suite
         if sm.poll() is None:
             sm.kill()
         log.close()
@@ -137,12 +136,11 @@ def test_ctrl_c_during_a_multi_process_stage_leaves_no_process(tmp_path, stage, 
         env={**_env(mark), "GPULAB_SLOT_DIR": str(tmp_path)}, start_new_session=True,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait_for(lambda: [p for p in marked_processes(mark) if f"gpulab.{stage}.worker" in " ".join(p.cmdline())],
+        _wait_for(lambda: [p for p in marked_processes(mark) if f"gpulab.{stage}.worker" in " ".join(p.info["cmdline"])],
                   240, f"{stage} ranks to start")
         os.killpg(job.pid, signal.SIGINT)
         assert job.wait(timeout=60) != 0
         left = _wait_for(lambda: not marked_processes(mark) or None, 20, "every process of the job to end")
         assert left is True
     finally:
-        for p in marked_processes(mark):
-            p.kill()
+        kill_marked(mark)

@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import FIXTURES, REPO, marked_processes
+from conftest import FIXTURES, REPO, kill_marked, marked_processes
 
 
 
@@ -24,9 +24,8 @@ def _gone_within(mark: str, seconds: float) -> list[str]:
         if not left:
             return []
         time.sleep(0.2)
-    left = [" ".join(p.cmdline())[:100] for p in marked_processes(mark)]
-    for p in marked_processes(mark):
-        p.kill()
+    left = [" ".join(p.info["cmdline"])[:100] for p in marked_processes(mark)]
+    kill_marked(mark)
     return left
 
 
@@ -66,7 +65,7 @@ def test_slot_holder_takes_its_command_with_it(tmp_path, how):
     mark = uuid.uuid4().hex
     slot = subprocess.Popen([sys.executable, "-m", "gpulab.slots", "--gpus", "0", "--", "sleep", "300"],
                             env=_env(mark, GPULAB_SLOT_DIR=str(tmp_path)))
-    _until(lambda: any(p.name() == "sleep" for p in marked_processes(mark)))
+    _until(lambda: any(p.info["name"] == "sleep" for p in marked_processes(mark)))
     slot.send_signal(getattr(signal, how))
     rc = slot.wait(timeout=30)
     assert _gone_within(mark, 10) == []
@@ -81,7 +80,7 @@ def test_job_stops_when_its_snakemake_process_is_killed(tmp_path):
     owner = subprocess.Popen(
         ["bash", "-c", f"export GPULAB_OWNER_PID=$(hostname):$$; {sys.executable} -m gpulab.slots --gpus 0 "
                        "-- sleep 300; :"], env=_env(mark, GPULAB_SLOT_DIR=str(tmp_path)))
-    _until(lambda: any(p.name() == "sleep" for p in marked_processes(mark)))
+    _until(lambda: any(p.info["name"] == "sleep" for p in marked_processes(mark)))
     owner.kill()
     owner.wait()
     assert _gone_within(mark, 15) == []
@@ -138,7 +137,7 @@ def test_sigterm_to_a_multi_process_stage_stops_its_ranks_and_leaves_no_file(tmp
                              stdout=subprocess.DEVNULL, stderr=(tmp_path / "stderr").open("w"))
     try:
         # the torchrun agent and its two ranks all name the worker module
-        _until(lambda: sum("gpulab.collectives.worker" in " ".join(p.cmdline())
+        _until(lambda: sum("gpulab.collectives.worker" in " ".join(p.info["cmdline"])
                            for p in marked_processes(mark)) >= 3)
         stage.send_signal(signal.SIGTERM)
         assert stage.wait(timeout=60) == 128 + signal.SIGTERM, (tmp_path / "stderr").read_text()[-3000:]
