@@ -21,7 +21,6 @@ from typing import Any, Callable, Iterable
 
 from gpulab import devices as devmod
 from gpulab import lifetime, phases, results
-from gpulab.phases import Recorder
 from gpulab.launch import NotResultNode
 
 log = logging.getLogger("gpulab")
@@ -191,7 +190,7 @@ def stage_main(stage: str, run: Callable[[StageContext], results.Result], doc: s
         run_s = time.perf_counter() - t0
         # Most stages mark no phase inside run: their time is then "unmarked", never "0 s of
         # measurement" (the start-up before run is its own figure).
-        inside = Recorder.sums(rec.rows[before:])
+        inside = phases.Recorder.sums(rec.rows[before:])
         log.info("%s/%s: run %.2f s: measurement %.2f s and set-up %.2f s in marked phases, "
                  "%.2f s unmarked; start-up before it %.2f s", stage, ctx.variant, run_s,
                  inside[phases.MEASUREMENT], inside[phases.SETUP],
