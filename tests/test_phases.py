@@ -15,7 +15,7 @@ def _work():
     return 42
 
 
-def test_recorder_logs_and_totals(caplog):
+def test_recorder_logs_and_sums(caplog):
     rec = phases.start("demo")
     with caplog.at_level(logging.INFO, logger="gpulab.phases"):
         with phases.phase("load", phases.SETUP):
@@ -23,7 +23,7 @@ def test_recorder_logs_and_totals(caplog):
         with phases.phase("measure"):
             time.sleep(0.02)
     assert [r["phase"] for r in rec.rows] == ["load", "measure"]
-    t = rec.totals()
+    t = phases.Recorder.sums(rec.rows)
     assert t[phases.SETUP] >= 0.01 and t[phases.MEASUREMENT] >= 0.02
     assert "demo: phase load (set-up)" in caplog.text and "phase measure (measurement)" in caplog.text
     with pytest.raises(ValueError, match="phase kind"):

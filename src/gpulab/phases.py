@@ -43,9 +43,6 @@ class Recorder:
         finally:
             self.record(name, time.perf_counter() - t0, kind)
 
-    def totals(self) -> dict[str, float]:
-        return self.sums(self.rows)
-
     @staticmethod
     def sums(rows: list[dict]) -> dict[str, float]:
         """Seconds per kind over ``rows`` (a recorder's rows, or a slice of them)."""
