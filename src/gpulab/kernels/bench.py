@@ -23,8 +23,10 @@ log = logging.getLogger("gpulab.kernels")
 # Calls per timed sample on a GPU at least: one event pair around one call also times the launch
 # latency before it, and then a launch-bound call reads as half host issue, half GPU time (an H100
 # at the quick preset's 4 MB, one call per sample: host issue 0.47-0.59 of the GPU time, vs
-# 0.93-0.98 in batches of 64; docs/runs/2026-12-06-quick-h100/probe_kernels.txt).
-CUDA_MIN_CALLS = 8
+# 0.93-0.98 in batches of 64; docs/runs/2026-12-06-quick-h100/probe_kernels.txt). Batches of 8
+# still read as low as 0.74 in a stage run on an H100 (the latency shared by 8 calls), close to
+# LAUNCH_BOUND_FRACTION; 32 calls leave a quarter of that share.
+CUDA_MIN_CALLS = 32
 
 
 def inner_calls(size: int, batch_bytes: int, at_least: int = 1) -> int:

@@ -29,7 +29,7 @@ references. Every output is compared byte for byte with numpy's result; outputs 
 bytes written (2&times; the image) for the kernels and for the roofline alike: a torch copy of the
 same size on the same device (D2D on a GPU), timed in the same run. Times are medians of
 &ge;5 samples after warm-up (CUDA events on GPUs); a sample repeats the call until
-<code>batch_bytes</code> went through (at least 8 calls on a GPU, so the event pair does not time one
+<code>batch_bytes</code> went through (at least 32 calls on a GPU, so the event pair does not time one
 launch latency) and reports the time per call. Sizes whose input and output together fit in the
 GPU's L2 cache are marked <i>cache-resident</i>: they measure the cache, not memory, and no
 datasheet bar uses them. Rows where the host needs at least 0.7&times; a call's GPU time to issue
