@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+import forkedsnakemake
+
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"
 WORKFLOW_PARTS = ["Snakefile", "config.yaml", "profiles", "workflow", "scripts", "src"]
@@ -215,11 +217,18 @@ FASTPOLL = Path(__file__).parent / "slurm" / "fastpoll.py"
 
 def snakemake(cwd: Path, *args: str, env: dict | None = None, timeout: float = 900,
               check: bool = True, fast_slurm_polls: bool = False) -> subprocess.CompletedProcess:
+    """``python -m snakemake *args`` in ``cwd``, its output captured. Forked from this worker's
+    preloaded server where that is the same run (tests/forkedsnakemake.py says when), a fresh
+    process otherwise."""
     e = dict(os.environ)
     e.update(env or {})
     e.setdefault("GPULAB_SLOT_DIR", str(cwd / ".slots"))
-    cmd = [sys.executable, *([str(FASTPOLL)] if fast_slurm_polls else ["-m", "snakemake"]), *args]
-    p = subprocess.run(cmd, cwd=cwd, env=e, capture_output=True, text=True, timeout=timeout)
+    if not fast_slurm_polls and forkedsnakemake.usable(e):
+        p = forkedsnakemake.run(cwd, list(args), e, timeout)
+    else:
+        p = subprocess.run([sys.executable, *([str(FASTPOLL)] if fast_slurm_polls else ["-m", "snakemake"]), *args],
+                           cwd=cwd, env=e, capture_output=True, text=True, timeout=timeout)
+    cmd = p.args
     if check and p.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stdout[-4000:]}\n{p.stderr[-6000:]}")
     return p
