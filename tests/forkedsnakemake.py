@@ -10,7 +10,9 @@ directory, with its environment, its stdout and stderr in files: ~0.9 CPU-s a dr
 
 What is preloaded is third-party code only, never `snakemake*` or `gpulab`: those modules keep
 state taken at import (Snakemake's run directory is the working directory at import), and a fork
-would carry the server's. Runs that talk to a SLURM cluster (SLURM_CONF set) or need the fast-poll
+would carry the server's. A forked run's /proc/<pid>/environ is the server's (it never execs): the
+processes it starts carry its environment, and tests that look for marked processes find those.
+Runs that talk to a SLURM cluster (SLURM_CONF set) or need the fast-poll
 wrapper go through a real `python -m snakemake`: the SLURM plugin reads the cluster at import.
 """
 from __future__ import annotations
@@ -80,11 +82,13 @@ def run(cwd: Path, argv: list[str], env: dict, timeout: float) -> subprocess.Com
         out, err = os.path.join(d, "stdout"), os.path.join(d, "stderr")
         p = _forkserver().Process(target=_child, args=(str(cwd), list(argv), dict(env), out, err))
         p.start()
-        p.join(timeout)
-        timed_out = p.exitcode is None
-        if timed_out:
-            p.kill()
-            p.join()
+        try:
+            p.join(timeout)
+        finally:  # past the timeout, or the test interrupted (pytest-timeout, Ctrl-C): as subprocess.run
+            timed_out = p.exitcode is None
+            if timed_out:
+                p.kill()
+                p.join()
         stdout, stderr = (Path(f).read_text(errors="replace") if os.path.exists(f) else "" for f in (out, err))
     if timed_out:
         raise subprocess.TimeoutExpired(cmd, timeout, stdout, stderr)

@@ -56,6 +56,34 @@ def test_a_run_past_its_timeout_is_stopped(tmp_path):
     assert time.monotonic() - t0 < 30
 
 
+def test_a_run_interrupted_in_the_test_is_stopped(tmp_path):
+    """pytest-timeout or Ctrl-C raise inside the wait: the run must not outlive the test."""
+    import signal
+
+    import psutil
+
+    def interrupt(signum, frame):
+        raise RuntimeError("interrupted")
+
+    (tmp_path / "Snakefile").write_text('rule all:\n    shell: "sleep 20"\n')
+    old = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 3)
+    try:
+        with pytest.raises(RuntimeError, match="interrupted"):
+            forkedsnakemake.run(tmp_path, ["--cores", "1"], _env(), timeout=120)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+    def snakemake_here(p):
+        try:
+            return p.info["cwd"] == str(tmp_path) and "python" in (p.info["name"] or "")
+        except (KeyError, TypeError):
+            return False
+
+    assert not [p for p in psutil.process_iter(["cwd", "name"]) if snakemake_here(p)]
+
+
 def test_slurm_runs_are_not_forked():
     assert forkedsnakemake.usable(_env())
     assert not forkedsnakemake.usable(_env(SLURM_CONF="/etc/slurm/slurm.conf"))
