@@ -233,9 +233,8 @@ def snakemake(cwd: Path, *args: str, env: dict | None = None, timeout: float = 9
     else:
         p = subprocess.run([sys.executable, *([str(FASTPOLL)] if fast_slurm_polls else ["-m", "snakemake"]), *args],
                            cwd=cwd, env=e, capture_output=True, text=True, timeout=timeout)
-    cmd = p.args
     if check and p.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stdout[-4000:]}\n{p.stderr[-6000:]}")
+        raise AssertionError(f"{' '.join(p.args)} failed ({p.returncode}):\n{p.stdout[-4000:]}\n{p.stderr[-6000:]}")
     return p
 
 

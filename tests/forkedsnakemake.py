@@ -61,10 +61,11 @@ def _child(cwd: str, argv: list[str], env: dict, out: str, err: str) -> None:
         from snakemake.cli import main
 
         main(argv)
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        if not isinstance(e.code, (int, type(None))):
-            print(e.code, file=sys.stderr)
+    except SystemExit as e:  # as the interpreter exits: None is 0, a message goes to stderr as 1
+        code = e.code or 0
+        if not isinstance(code, int):
+            print(code, file=sys.stderr)
+            code = 1
     except BaseException:  # as the interpreter would: the traceback on stderr, status 1
         traceback.print_exc()
         code = 1

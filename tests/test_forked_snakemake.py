@@ -1,5 +1,6 @@
 """The suite's forked Snakemake (tests/forkedsnakemake.py) is `python -m snakemake`: the same jobs,
 exit status, messages, working directory and environment, and a timeout that stops it."""
+import os
 import subprocess
 import sys
 import time
@@ -20,8 +21,6 @@ def _both(cwd, argv, env):
 
 
 def _env(**extra):
-    import os
-
     return {**os.environ, **CPU_ENV, **extra}
 
 
