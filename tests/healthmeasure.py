@@ -48,14 +48,27 @@ def degraded(burners: int = 5):
             p.wait()
 
 
+def _machine_busy() -> float:
+    """CPU seconds every process of the machine has used (all cores), as the kernel counts them."""
+    import psutil
+
+    t = psutil.cpu_times()._asdict()
+    # guest time is counted inside user time already; idle and I/O wait are no one's work
+    return sum(v for k, v in t.items() if k not in ("idle", "iowait", "guest", "guest_nice"))
+
+
 @contextlib.contextmanager
 def _clock():
-    """Wall and CPU seconds (all threads of this process) of the measurement alone."""
+    """Wall and CPU seconds (all threads of this process) of the measurement alone, and the CPU
+    seconds the rest of the machine used meanwhile (``others``: processes this one started and
+    waited for count as its own)."""
     out = {}
-    t0, c0 = time.perf_counter(), os.times()
+    t0, c0, m0 = time.perf_counter(), os.times(), _machine_busy()
     yield out
-    c1 = os.times()
+    c1, m1 = os.times(), _machine_busy()
     out["wall"], out["cpu"] = time.perf_counter() - t0, c1.user + c1.system - c0.user - c0.system
+    waited = c1.children_user + c1.children_system - c0.children_user - c0.children_system
+    out["others"] = max(0.0, m1 - m0 - out["cpu"] - waited)
 
 
 def machine_state(seconds: float = 0.3) -> tuple[float, float]:
@@ -81,12 +94,14 @@ def machine_state(seconds: float = 0.3) -> tuple[float, float]:
     return c["cpu"] / c["wall"], float(np.median(rates))
 
 
-def measure_host(root: Path, host: str, *, slow: bool = False) -> float:
+def measure_host(root: Path, host: str, *, slow: bool = False) -> tuple[float, float]:
     """transfer + gemm results of `host` under root/<stage>/<host>/main.h5.
 
-    Returns the share of the wall time this process got the CPU (process CPU time / wall time):
-    other tenants of a shared machine show up as a low share.
-    """
+    Returns (the share of the wall time this process got the CPU: its CPU time / wall time; the
+    cores the machine's other processes kept busy meanwhile: their CPU time / wall time). Other
+    tenants of a shared machine show up as a low share, or, where they took the other core (a
+    2-thread GEMM then runs at a third of its speed, with this process's share still full), as
+    busy cores of others."""
     import torch
 
     from gpulab import transfer
@@ -95,7 +110,7 @@ def measure_host(root: Path, host: str, *, slow: bool = False) -> float:
 
     old = os.environ.get("GPULAB_HOST")
     os.environ["GPULAB_HOST"] = host
-    wall = cpu = 0.0
+    wall = cpu = others = 0.0
     try:
         with degraded() if slow else contextlib.nullcontext():
             out = root / "transfer" / host / "main.h5"
@@ -103,16 +118,16 @@ def measure_host(root: Path, host: str, *, slow: bool = False) -> float:
                                 out)
             with _clock() as c:
                 res = transfer.run(ctx)
-            wall, cpu = wall + c["wall"], cpu + c["cpu"]
+            wall, cpu, others = wall + c["wall"], cpu + c["cpu"], others + c["others"]
             results.write(res, out)
             with _clock() as c:
                 rows = single.baseline(torch.device("cpu"), [GEMM_SIZE], [numerics.precision("fp32")],
                                        1, 5, 0)
-            wall, cpu = wall + c["wall"], cpu + c["cpu"]
+            wall, cpu, others = wall + c["wall"], cpu + c["cpu"], others + c["others"]
             r = results.Result("gemm", "main", {"sizes": [GEMM_SIZE]}, "cpu")
             r.add_table("single", pd.DataFrame(rows))
             results.write(r, root / "gemm" / host / "main.h5")
-        return cpu / wall
+        return cpu / wall, others / wall
     finally:
         if old is None:
             os.environ.pop("GPULAB_HOST", None)
