@@ -12,8 +12,8 @@ What is preloaded is third-party code only, never `snakemake*` or `gpulab`: thos
 state taken at import (Snakemake's run directory is the working directory at import), and a fork
 would carry the server's. A forked run's /proc/<pid>/environ is the server's (it never execs): the
 processes it starts carry its environment, and tests that look for marked processes find those.
-Runs that talk to a SLURM cluster (SLURM_CONF set) or need the fast-poll
-wrapper go through a real `python -m snakemake`: the SLURM plugin reads the cluster at import.
+Runs that talk to a SLURM cluster (SLURM_CONF set) or need the fast-poll wrapper go through a real
+`python -m snakemake`: the SLURM plugin reads the cluster at import.
 """
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def _child(cwd: str, argv: list[str], env: dict, out: str, err: str) -> None:
 
         main(argv)
     except SystemExit as e:  # as the interpreter exits: None is 0, a message goes to stderr as 1
-        code = e.code or 0
+        code = 0 if e.code is None else e.code
         if not isinstance(code, int):
             print(code, file=sys.stderr)
             code = 1

@@ -74,13 +74,9 @@ def test_a_run_interrupted_in_the_test_is_stopped(tmp_path):
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
 
-    def snakemake_here(p):
-        try:
-            return p.info["cwd"] == str(tmp_path) and "python" in (p.info["name"] or "")
-        except (KeyError, TypeError):
-            return False
-
-    assert not [p for p in psutil.process_iter(["cwd", "name"]) if snakemake_here(p)]
+    left = [p for p in psutil.process_iter(["cwd", "name"])
+            if p.info["cwd"] == str(tmp_path) and "python" in (p.info["name"] or "")]
+    assert not left
 
 
 def test_slurm_runs_are_not_forked():
