@@ -240,6 +240,26 @@ def test_one_device_still_runs_model_parallel_code_paths(tmp_path, digits):
     _checks_pass(p)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["ddp", "pipeline", "tensor"])
+def test_a_strategys_ranks_find_its_torch_modules_imported_before_the_fork(digits, mode):
+    """gpulab.forkrun imports what a strategy's ranks need (gpulab.train.worker.preload) once,
+    before it forks them: 1.2-1.6 CPU-s per rank each (torch._dynamo, DTensor, pipelining). A torch
+    release that imports something new on first use shows up here by name."""
+    import os
+
+    from gpulab.train.settings import Settings
+
+    cfg = {**TINY, "models": ["mlp"], "comm_hooks": ["none", "fp16", "powersgd"],
+           "bucket_cap_mb": [25], "schedules": ["gpipe"], "microbatches": [2], "curve_epochs": 1}
+    payload = {"mode": mode, "cfg": Settings.from_section(cfgmod.validate_section("train", cfg)).as_section(),
+               "data": str(digits), "backend": "auto"}
+    fixtures = str(Path(__file__).parent / "fixtures" / "launch")
+    env = {"PYTHONPATH": os.pathsep.join([fixtures, os.environ.get("PYTHONPATH", "")])}
+    ranks = launch.run_workers("train_imports", payload, nproc=2, env=env, timeout=300)
+    assert [r["late_torch_imports"] for r in ranks] == [[], []], ranks
+
+
 def test_formulas():
     assert loop.gpipe_bubble(4, 4) == pytest.approx(3 / 7)
     assert tables.scaling_efficiency(300.0, 4, 100.0) == pytest.approx(0.75)

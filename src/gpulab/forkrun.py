@@ -74,16 +74,23 @@ def read_failure(log_dir: str | os.PathLike | None) -> dict | None:
     return json.loads(f.read_text()) if f.exists() else None
 
 
-def _preload(module: str) -> None:
+def _preload(module: str, args: list[str]) -> None:
     """Import what every rank needs once, here. A module that fails to import is left to the ranks:
-    each then fails with the import error in its own log, as under torchrun."""
+    each then fails with the import error in its own log, as under torchrun.
+
+    A worker module whose ranks import more on first use (which depends on its arguments) names it
+    in a ``preload(args)`` function, called here with the ranks' arguments: each such import is
+    then paid once per launch instead of once per rank."""
     # torch.cuda.is_available() by NVML, not by initialising the driver, which a fork cannot inherit
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     import torch
     import torch.distributed  # noqa: F401
 
     with contextlib.suppress(Exception):
-        importlib.import_module(module)
+        mod = importlib.import_module(module)
+        hook = getattr(mod, "preload", None)
+        if callable(hook):
+            hook(list(args))
     if torch.cuda.is_initialized():
         raise SystemExit(f"gpulab.forkrun: importing {module} initialised CUDA; ranks forked from "
                          "here could not use it (import CUDA lazily in the worker module)")
@@ -175,7 +182,7 @@ def run(module: str, args: list[str], nproc: int, log_dir: Path, grace: float = 
     if nproc < 1:
         raise SystemExit(f"gpulab.forkrun: --nproc must be >= 1, got {nproc}")
     log_dir.mkdir(parents=True, exist_ok=True)
-    _preload(module)
+    _preload(module, args)
     port = free_port()
 
     def stop(sig, _frame):

@@ -3,7 +3,8 @@
 Per (dataset, format): the file is written once (write time, size on disk). Per loader:
 ``warmup`` untimed then ``repeats`` timed full loads (file -> validated torch tensors), the time to
 the first batch (streaming loaders; a whole-file loader's first batch *is* its full load), one
-more load for peak memory, and the exact round-trip check (loaded == written, bit for bit).
+more load for peak memory, whose tensors get the exact round-trip check (loaded == written, bit
+for bit).
 
 Conventions: MB = 10^6 bytes; file MB/s = bytes on disk / median load time; rows/s = samples /
 median load time. Files are read right after being written, so the OS page cache is warm: these
@@ -103,8 +104,8 @@ def load_case(case: Case | None, name: str, kind: str, path: Path, fmt: str, met
         first = timing.measure(lambda: first_batch(fn(path, schema, b)), warmup=warmup, repeats=repeats)
     else:
         first = full
-    peak, mem_method = memory.peak_increase(lambda: drain(fn(path, schema, b)))
-    x, y = drain(fn(path, schema, b))
+    # the load measured for its peak memory is the one whose data is checked
+    peak, mem_method, (x, y) = memory.peak_increase(lambda: drain(fn(path, schema, b)))
     size, rows = path.stat().st_size, len(y)
     row = {"dataset": name, "kind": kind, "format": fmt, "method": method,
            "streaming": method in STREAMING, "rows": rows,

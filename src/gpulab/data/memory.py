@@ -49,20 +49,21 @@ def _reset_hwm() -> bool:
         return False
 
 
-def peak_increase(fn: Callable[[], object]) -> tuple[int, str]:
-    """(peak bytes above the starting point while ``fn()`` ran, method used)."""
+def peak_increase(fn: Callable[[], object]) -> tuple[int, str, object]:
+    """(peak bytes above the starting point while ``fn()`` ran, method used, what ``fn`` returned).
+
+    The result is handed back rather than dropped so that a caller can check it: one call both
+    measures and yields the data to verify, instead of a second full run for the check."""
     _trim()
     if _reset_hwm():
         base = _status_kib("VmRSS")
         out = fn()
         peak = _status_kib("VmHWM")
-        del out
-        return max(0, peak - base) * 1024, "rss-hwm"
+        return max(0, peak - base) * 1024, "rss-hwm", out
     tracemalloc.start()
     try:
         out = fn()
         _, peak = tracemalloc.get_traced_memory()
-        del out
-        return int(peak), "tracemalloc"
+        return int(peak), "tracemalloc", out
     finally:
         tracemalloc.stop()

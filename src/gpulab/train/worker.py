@@ -1,7 +1,37 @@
 """torchrun entry point of the multi-process variants: ``payload['mode']`` picks the strategy."""
 from __future__ import annotations
 
+import importlib
+import json
+from pathlib import Path
+
 from gpulab import launch
+
+# What each strategy's ranks import on first use. gpulab.forkrun imports it once, before it forks
+# the ranks (preload): 1.2-1.6 CPU-s per rank each, most of a small rank's work on a CPU host.
+# tests/test_train.py names any torch module a rank still imports by itself.
+STRATEGY_IMPORTS = {
+    # DistributedDataParallel() and DTensor's entry points import torch._dynamo on first call
+    "ddp": ["gpulab.train.ddp", "torch._dynamo",
+            "torch.distributed.algorithms.ddp_comm_hooks.default_hooks",
+            "torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook"],
+    "pipeline": ["gpulab.train.pipeline", "torch.distributed.pipelining"],
+    "tensor": ["gpulab.train.tensor", "torch.distributed.device_mesh",
+               "torch.distributed.tensor.parallel", "torch._dynamo"],
+}
+# every strategy's forward opens record_function regions, which look for the CUPTI monitor once
+EVERY_STRATEGY_IMPORTS = ["torch.profiler._cupti_monitor"]
+
+
+def preload(args: list[str]) -> None:
+    """gpulab.forkrun's hook: import, before the fork, what the ranks of this launch's strategy
+    (``payload['mode']`` of the ``--payload`` file in ``args``) will import."""
+    payload = json.loads(Path(args[args.index("--payload") + 1]).read_text())
+    for name in [*STRATEGY_IMPORTS.get(payload.get("mode"), []), *EVERY_STRATEGY_IMPORTS]:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # not in this torch release: the ranks do without it, or import it
+            pass
 
 
 def dispatch(ctx: launch.WorkerContext, payload: dict) -> dict:
