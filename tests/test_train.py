@@ -244,7 +244,7 @@ def test_one_device_still_runs_model_parallel_code_paths(tmp_path, digits):
 @pytest.mark.parametrize("mode", ["ddp", "pipeline", "tensor"])
 def test_a_strategys_ranks_find_its_torch_modules_imported_before_the_fork(digits, mode):
     """gpulab.forkrun imports what a strategy's ranks need (gpulab.train.worker.preload) once,
-    before it forks them: 1.2-1.6 CPU-s per rank each (torch._dynamo, DTensor, pipelining). A torch
+    before it forks them: 0.5-1.1 CPU-s per rank each (torch._dynamo, DTensor, pipelining). A torch
     release that imports something new on first use shows up here by name."""
     import os
 

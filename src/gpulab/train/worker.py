@@ -8,7 +8,8 @@ from pathlib import Path
 from gpulab import launch
 
 # What each strategy's ranks import on first use. gpulab.forkrun imports it once, before it forks
-# the ranks (preload): 1.2-1.6 CPU-s per rank each, most of a small rank's work on a CPU host.
+# the ranks (preload), instead of once per rank: 0.5-1.1 CPU-s each (torch._dynamo 1.1, pipelining
+# 1.0, tensor parallel 0.5 beyond it), a large part of a small rank's work on a CPU host.
 # tests/test_train.py names any torch module a rank still imports by itself.
 STRATEGY_IMPORTS = {
     # DistributedDataParallel() and DTensor's entry points import torch._dynamo on first call
