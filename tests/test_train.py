@@ -260,6 +260,39 @@ def test_a_strategys_ranks_find_its_torch_modules_imported_before_the_fork(digit
     assert [r["late_torch_imports"] for r in ranks] == [[], []], ranks
 
 
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["ddp", "pipeline", "tensor"])
+def test_a_strategys_preload_leaves_cuda_uninitialised_and_its_ranks_run_on_the_gpus(digits, mode, tmp_path):
+    """On a CUDA host the fork needs CUDA untouched in the parent: the preload of each strategy
+    (gpulab.forkrun._preload, which stops a launch whose imports initialised it) leaves it so, and
+    the forked ranks then train on the GPUs with nothing left to import."""
+    import json
+    import os
+
+    from gpulab.train.settings import Settings
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    cfg = {**TINY, "models": ["mlp"], "bucket_cap_mb": [25], "schedules": ["gpipe"],
+           "microbatches": [2], "curve_epochs": 1}
+    payload = {"mode": mode, "cfg": Settings.from_section(cfgmod.validate_section("train", cfg)).as_section(),
+               "data": str(digits), "backend": "auto"}
+    f = tmp_path / "payload.json"
+    f.write_text(json.dumps(payload))
+    probe = ("import torch; from gpulab import forkrun; "
+             f"forkrun._preload('gpulab.train.worker', ['--payload', {str(f)!r}]); "
+             "print(torch.cuda.is_initialized())")
+    p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and p.stdout.split() == ["False"], p.stdout + p.stderr
+    fixtures = str(Path(__file__).parent / "fixtures" / "launch")
+    env = {"PYTHONPATH": os.pathsep.join([fixtures, os.environ.get("PYTHONPATH", "")])}
+    n = torch.cuda.device_count()
+    ranks = launch.run_workers("train_imports", payload, nproc=n, env=env, timeout=300)
+    assert [r["late_torch_imports"] for r in ranks] == [[]] * n, ranks
+    assert all(p["device"].startswith("cuda") for p in ranks.placement), ranks.placement
+
+
 def test_formulas():
     assert loop.gpipe_bubble(4, 4) == pytest.approx(3 / 7)
     assert tables.scaling_efficiency(300.0, 4, 100.0) == pytest.approx(0.75)

