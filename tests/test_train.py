@@ -240,23 +240,34 @@ def test_one_device_still_runs_model_parallel_code_paths(tmp_path, digits):
     _checks_pass(p)
 
 
+def _imports_payload(digits, mode: str) -> dict:
+    """A train worker payload for ``mode`` that reaches every import of the strategy (all comm hooks)
+    at the least work."""
+    from gpulab.train.settings import Settings
+
+    cfg = {**TINY, "models": ["mlp"], "comm_hooks": ["none", "fp16", "powersgd"],
+           "bucket_cap_mb": [25], "schedules": ["gpipe"], "microbatches": [2], "curve_epochs": 1}
+    return {"mode": mode, "cfg": Settings.from_section(cfgmod.validate_section("train", cfg)).as_section(),
+            "data": str(digits), "backend": "auto"}
+
+
+def _launch_train_imports(payload: dict, nproc: int):
+    """The train worker's ranks, each reporting the torch modules it imported after the fork
+    (tests/fixtures/launch/train_imports.py)."""
+    import os
+
+    fixtures = str(Path(__file__).parent / "fixtures" / "launch")
+    env = {"PYTHONPATH": os.pathsep.join([fixtures, os.environ.get("PYTHONPATH", "")])}
+    return launch.run_workers("train_imports", payload, nproc=nproc, env=env, timeout=300)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["ddp", "pipeline", "tensor"])
 def test_a_strategys_ranks_find_its_torch_modules_imported_before_the_fork(digits, mode):
     """gpulab.forkrun imports what a strategy's ranks need (gpulab.train.worker.preload) once,
     before it forks them: 0.5-1.1 CPU-s per rank each (torch._dynamo, DTensor, pipelining). A torch
     release that imports something new on first use shows up here by name."""
-    import os
-
-    from gpulab.train.settings import Settings
-
-    cfg = {**TINY, "models": ["mlp"], "comm_hooks": ["none", "fp16", "powersgd"],
-           "bucket_cap_mb": [25], "schedules": ["gpipe"], "microbatches": [2], "curve_epochs": 1}
-    payload = {"mode": mode, "cfg": Settings.from_section(cfgmod.validate_section("train", cfg)).as_section(),
-               "data": str(digits), "backend": "auto"}
-    fixtures = str(Path(__file__).parent / "fixtures" / "launch")
-    env = {"PYTHONPATH": os.pathsep.join([fixtures, os.environ.get("PYTHONPATH", "")])}
-    ranks = launch.run_workers("train_imports", payload, nproc=2, env=env, timeout=300)
+    ranks = _launch_train_imports(_imports_payload(digits, mode), nproc=2)
     assert [r["late_torch_imports"] for r in ranks] == [[], []], ranks
 
 
@@ -268,16 +279,10 @@ def test_a_strategys_preload_leaves_cuda_uninitialised_and_its_ranks_run_on_the_
     (gpulab.forkrun._preload, which stops a launch whose imports initialised it) leaves it so, and
     the forked ranks then train on the GPUs with nothing left to import."""
     import json
-    import os
-
-    from gpulab.train.settings import Settings
 
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
-    cfg = {**TINY, "models": ["mlp"], "bucket_cap_mb": [25], "schedules": ["gpipe"],
-           "microbatches": [2], "curve_epochs": 1}
-    payload = {"mode": mode, "cfg": Settings.from_section(cfgmod.validate_section("train", cfg)).as_section(),
-               "data": str(digits), "backend": "auto"}
+    payload = _imports_payload(digits, mode)
     f = tmp_path / "payload.json"
     f.write_text(json.dumps(payload))
     probe = ("import torch; from gpulab import forkrun; "
@@ -285,12 +290,10 @@ def test_a_strategys_preload_leaves_cuda_uninitialised_and_its_ranks_run_on_the_
              "print(torch.cuda.is_initialized())")
     p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0 and p.stdout.split() == ["False"], p.stdout + p.stderr
-    fixtures = str(Path(__file__).parent / "fixtures" / "launch")
-    env = {"PYTHONPATH": os.pathsep.join([fixtures, os.environ.get("PYTHONPATH", "")])}
     n = torch.cuda.device_count()
-    ranks = launch.run_workers("train_imports", payload, nproc=n, env=env, timeout=300)
+    ranks = _launch_train_imports(payload, nproc=n)
     assert [r["late_torch_imports"] for r in ranks] == [[]] * n, ranks
-    assert all(p["device"].startswith("cuda") for p in ranks.placement), ranks.placement
+    assert all(r["device"].startswith("cuda") for r in ranks.placement), ranks.placement
 
 
 def test_formulas():
