@@ -146,3 +146,32 @@ def test_the_report_names_the_rank_that_killed_a_launch(tmp_path):
                                                  Check("exact", "sum", "pass")]))
     text = checks_summary([results.write(r, tmp_path / "collectives/h/main.h5")])
     assert "1 failed" in text and "rank 3" in text and "node-x" in text and "SIGKILL" in text, text
+
+
+@pytest.mark.parametrize("initialises_cuda", [False, True])
+def test_a_preload_hook_runs_with_the_ranks_arguments_and_one_that_initialised_cuda_stops_the_launch(
+        tmp_path, monkeypatch, initialises_cuda):
+    """The guard behind forkrun's preload: ranks forked after CUDA was initialised could not use it,
+    so a hook that initialised it stops the launch, naming the module. No CPU host can initialise
+    CUDA, so the hook here flips what torch.cuda.is_initialized() answers; the check must come after
+    the hook (a check before it would pass this degraded hook)."""
+    import sys
+
+    import torch
+
+    from gpulab import forkrun
+
+    (tmp_path / "hooked_worker.py").write_text(
+        "import torch\nCALLS = []\n"
+        f"def preload(args):\n    CALLS.append(args)\n    torch.cuda._gpulab_test_init = {initialises_cuda}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # restored after; _preload sets it
+    monkeypatch.setattr(torch.cuda, "_gpulab_test_init", False, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: torch.cuda._gpulab_test_init)
+    monkeypatch.delitem(sys.modules, "hooked_worker", raising=False)
+    if initialises_cuda:
+        with pytest.raises(SystemExit, match="importing hooked_worker initialised CUDA"):
+            forkrun._preload("hooked_worker", ["--payload", "p.json"])
+    else:
+        forkrun._preload("hooked_worker", ["--payload", "p.json"])
+    assert sys.modules["hooked_worker"].CALLS == [["--payload", "p.json"]]
