@@ -136,6 +136,12 @@ def pytest_runtest_protocol(item, nextitem):
             os.close(_RESOURCES_HELD.pop(wide.args[0]))
 
 
+def fixtures_on_path(folder: str) -> dict:
+    """PYTHONPATH with tests/fixtures/<folder> first: its worker modules become importable in the
+    processes a launch starts."""
+    return {"PYTHONPATH": os.pathsep.join([str(FIXTURES / folder), os.environ.get("PYTHONPATH", "")])}
+
+
 def copy_workflow(dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     for part in WORKFLOW_PARTS:

@@ -1,15 +1,7 @@
 import pytest
 
+from conftest import fixtures_on_path
 from gpulab import launch
-
-
-def _with_fixtures(folder: str) -> dict:
-    """PYTHONPATH with tests/fixtures/<folder> first: its worker modules become importable."""
-    import os
-    from pathlib import Path
-
-    fixtures = str(Path(__file__).parent / "fixtures" / folder)
-    return {"PYTHONPATH": os.pathsep.join([fixtures, os.environ.get("PYTHONPATH", "")])}
 
 
 @pytest.mark.slow
@@ -59,7 +51,7 @@ def test_one_node_ranks_are_forked_from_one_process_that_imported_torch(tmp_path
     """What the one-node launcher saves: no interpreter per rank. Every rank is a child of one
     launcher process and finds torch already imported when its module starts; each has its own
     environment (rank, log) and the rendezvous of a torchrun launch."""
-    env = _with_fixtures("launch")
+    env = fixtures_on_path("launch")
     res = launch.run_workers("who_am_i", {}, nproc=3, env=env, timeout=120)
     assert [r["env_rank"] for r in res] == ["0", "1", "2"]
     assert len({r["ppid"] for r in res}) == 1 and len({r["pid"] for r in res}) == 3
@@ -84,7 +76,7 @@ def test_sigterm_to_the_one_node_launcher_stops_ranks_that_ignore_ctrl_c(tmp_pat
     p = subprocess.Popen([sys.executable, "-m", "gpulab.forkrun", "--nproc=2",
                           f"--log-dir={tmp_path / 'logs'}", "-m", "stubborn_worker", "--payload",
                           str(payload), "--out-dir", str(tmp_path)],
-                         env={**os.environ, **_with_fixtures("lifetime")},
+                         env={**os.environ, **fixtures_on_path("lifetime")},
                          stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while len(list(tmp_path.glob("rank*"))) < 2:
@@ -106,7 +98,7 @@ def test_a_rank_killed_by_sigkill_is_named_with_its_node_signal_and_own_log(tmp_
 
     from gpulab.outcomes import Check
 
-    env = _with_fixtures("launch")
+    env = fixtures_on_path("launch")
     with pytest.raises(launch.LaunchError) as err:
         launch.run_workers("kill_rank", {"kill_rank": 3, "marker": "marker-7f3a"}, nproc=4, env=env,
                            timeout=120)
@@ -162,13 +154,14 @@ def test_a_preload_hook_runs_with_the_ranks_arguments_and_one_that_initialised_c
     from gpulab import forkrun
 
     (tmp_path / "hooked_worker.py").write_text(
-        "import torch\nCALLS = []\n"
-        f"def preload(args):\n    CALLS.append(args)\n    torch.cuda._gpulab_test_init = {initialises_cuda}\n")
+        "CALLS = []\nCUDA_INITIALISED = False\n"
+        "def preload(args):\n    global CUDA_INITIALISED\n    CALLS.append(args)\n"
+        f"    CUDA_INITIALISED = {initialises_cuda}\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # restored after; _preload sets it
-    monkeypatch.setattr(torch.cuda, "_gpulab_test_init", False, raising=False)
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: torch.cuda._gpulab_test_init)
     monkeypatch.delitem(sys.modules, "hooked_worker", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_initialized",
+                        lambda: getattr(sys.modules.get("hooked_worker"), "CUDA_INITIALISED", False))
     if initialises_cuda:
         with pytest.raises(SystemExit, match="importing hooked_worker initialised CUDA"):
             forkrun._preload("hooked_worker", ["--payload", "p.json"])

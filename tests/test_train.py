@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import stage_context, stage_settings
+from conftest import fixtures_on_path, stage_context, stage_settings
 from gpulab import config as cfgmod
 from gpulab import launch, outcomes, results
 from gpulab.train import data, loop, models, run, tables
@@ -254,11 +254,8 @@ def _imports_payload(digits, mode: str) -> dict:
 def _launch_train_imports(payload: dict, nproc: int):
     """The train worker's ranks, each reporting the torch modules it imported after the fork
     (tests/fixtures/launch/train_imports.py)."""
-    import os
-
-    fixtures = str(Path(__file__).parent / "fixtures" / "launch")
-    env = {"PYTHONPATH": os.pathsep.join([fixtures, os.environ.get("PYTHONPATH", "")])}
-    return launch.run_workers("train_imports", payload, nproc=nproc, env=env, timeout=300)
+    return launch.run_workers("train_imports", payload, nproc=nproc, env=fixtures_on_path("launch"),
+                              timeout=300)
 
 
 @pytest.mark.slow
